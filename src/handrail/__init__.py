@@ -1,0 +1,85 @@
+"""Handrail: the host side of LLM tool calling.
+
+A model only proposes tool calls. Handrail decides what runs: every call passes JSON
+syntax, JSON Schema, business rules and authorization, in that order, runs under a
+deadline and comes back as a bounded Envelope, with an audit event for every stage.
+"""
+
+from handrail.audit import AuditEvent, AuditSink, BatchingAuditSink, MemoryAuditSink
+from handrail.calls import ToolCall
+from handrail.clock import Clock, SystemClock
+from handrail.context import ToolContext
+from handrail.definition import Tool, tool
+from handrail.envelope import Envelope, Status
+from handrail.errors import (
+    Conflict,
+    ErrorCode,
+    HandrailError,
+    NeedsClarification,
+    NotFound,
+    RegistrationError,
+    ToolFailed,
+    ToolRetryable,
+    ToolSignal,
+)
+from handrail.gate import Gate
+from handrail.policy import Decision, Outcome, Policy
+from handrail.principal import Principal
+from handrail.registry import Registry
+from handrail.spec import (
+    ConfirmationMode,
+    ConfirmationPolicy,
+    FromPrincipal,
+    IdempotencyMode,
+    IdempotencyPolicy,
+    RetryPolicy,
+    RiskLevel,
+    SideEffect,
+    ToolHints,
+    ToolSpec,
+)
+from handrail.store import SqliteStore, Store
+from handrail.validation import ArgumentLimits
+
+__all__ = [
+    "ArgumentLimits",
+    "AuditEvent",
+    "AuditSink",
+    "BatchingAuditSink",
+    "Clock",
+    "ConfirmationMode",
+    "ConfirmationPolicy",
+    "Conflict",
+    "Decision",
+    "Envelope",
+    "ErrorCode",
+    "FromPrincipal",
+    "Gate",
+    "HandrailError",
+    "IdempotencyMode",
+    "IdempotencyPolicy",
+    "MemoryAuditSink",
+    "NeedsClarification",
+    "NotFound",
+    "Outcome",
+    "Policy",
+    "Principal",
+    "RegistrationError",
+    "Registry",
+    "RetryPolicy",
+    "RiskLevel",
+    "SideEffect",
+    "SqliteStore",
+    "Status",
+    "Store",
+    "SystemClock",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolFailed",
+    "ToolHints",
+    "ToolRetryable",
+    "ToolSignal",
+    "ToolSpec",
+    "tool",
+]

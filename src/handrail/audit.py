@@ -1,0 +1,274 @@
+"""Audit events: one row per stage transition of a call, and per registry change.
+
+Owns the event value, the sinks that receive events (none, memory, a store behind a
+batching writer thread) and the redacted arguments summary. It never decides anything;
+it records what the gate and the registry decided.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from handrail.errors import StoreError
+
+if TYPE_CHECKING:
+    from handrail.clock import Clock
+    from handrail.store.base import Store
+
+__all__ = [
+    "AuditEvent",
+    "AuditSink",
+    "Auditor",
+    "BatchingAuditSink",
+    "MemoryAuditSink",
+    "summarize_arguments",
+]
+
+_log = logging.getLogger("handrail.audit")
+
+_SENSITIVE_KEYS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "authorization",
+    "cookie",
+    "credential",
+    "private",
+    "card",
+    "cvv",
+    "iban",
+    "ssn",
+)
+_SUMMARY_STRING = 48
+_SUMMARY_ITEMS = 8
+_SUMMARY_DEPTH = 3
+_SUMMARY_TOTAL = 512
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEvent:
+    """One fact in the audit trail. `detail` is for operators and never reaches a model."""
+
+    event_id: str
+    at: datetime
+    kind: str
+    stage: str
+    decision: str
+    code: str | None = None
+    request_id: str | None = None
+    tool_call_id: str | None = None
+    tool: str | None = None
+    schema_version: str | None = None
+    args_hash: str | None = None
+    args_summary: str | None = None
+    user_id: str | None = None
+    tenant_id: str | None = None
+    duration_ms: float | None = None
+    detail: str | None = None
+
+
+class AuditSink(Protocol):
+    """Receives audit events. `emit` must not block the event loop for long."""
+
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        """Accept events for recording, in order."""
+        ...
+
+
+def _uuid_hex() -> str:
+    return uuid.uuid4().hex
+
+
+class Auditor:
+    """Builds events (id, timestamp) and hands them to a sink; None means auditing is off.
+
+    The id source and clock are injected so that tests can replay a trail exactly.
+    """
+
+    __slots__ = ("_clock", "_new_id", "_sink")
+
+    def __init__(
+        self,
+        sink: AuditSink | None,
+        clock: Clock,
+        *,
+        new_id: Callable[[], str] = _uuid_hex,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._new_id = new_id
+
+    @property
+    def enabled(self) -> bool:
+        """False when events would go nowhere, so callers can skip building them."""
+        return self._sink is not None
+
+    def event(
+        self,
+        *,
+        kind: str,
+        stage: str,
+        decision: str,
+        **fields: str | float | None,
+    ) -> AuditEvent:
+        """A new event stamped with a fresh id and the current time."""
+        return AuditEvent(
+            event_id=self._new_id(),
+            at=self._clock.now(),
+            kind=kind,
+            stage=stage,
+            decision=decision,
+            **fields,  # type: ignore[arg-type]
+        )
+
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        """Send events to the sink, if there is one."""
+        if self._sink is not None and events:
+            self._sink.emit(events)
+
+
+class MemoryAuditSink:
+    """Keeps events in a list; for tests and for `handrail.testing`."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        """Append the events."""
+        self.events.extend(events)
+
+    def for_call(self, call_id: str) -> list[AuditEvent]:
+        """The events of one tool call, in order."""
+        return [e for e in self.events if e.tool_call_id == call_id]
+
+
+class BatchingAuditSink:
+    """Writes events to a Store from one background thread, in batches.
+
+    `emit` only enqueues, so the event loop never waits on disk. `flush` waits until
+    everything emitted so far is written; `close` flushes and stops the thread. If the
+    store fails, the batch is retried a few times and then logged as lost, loudly.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 512,
+        max_queue: int = 100_000,
+        retries: int = 3,
+    ) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._retries = retries
+        self._queue: queue.Queue[Sequence[AuditEvent] | None] = queue.Queue(max_queue)
+        self._thread = threading.Thread(target=self._run, name="handrail-audit", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        """Enqueue events; raises StoreError if the writer is closed or hopelessly behind."""
+        if self._closed:
+            raise StoreError("the audit sink is closed")
+        try:
+            self._queue.put(events, timeout=5.0)
+        except queue.Full:
+            raise StoreError("the audit writer is more than 5 s behind") from None
+
+    def flush(self) -> None:
+        """Block until every event emitted before this call has been written."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Flush, stop the writer thread and refuse further events."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            taken = 1
+            batch: list[AuditEvent] = []
+            stop = item is None
+            if item is not None:
+                batch.extend(item)
+            while not stop and len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                taken += 1
+                if more is None:
+                    stop = True
+                else:
+                    batch.extend(more)
+            if batch:
+                self._write(batch)
+            for _ in range(taken):
+                self._queue.task_done()
+            if stop:
+                return
+
+    def _write(self, batch: list[AuditEvent]) -> None:
+        for attempt in range(1, self._retries + 1):
+            try:
+                self._store.append_audit(batch)
+            except StoreError:
+                _log.exception("audit write failed (attempt %d of %d)", attempt, self._retries)
+            else:
+                return
+        _log.critical("%d audit events could not be written and are lost", len(batch))
+
+
+def _is_sensitive(key: str) -> bool:
+    lowered = key.lower().replace("-", "_")
+    return any(marker in lowered for marker in _SENSITIVE_KEYS)
+
+
+def _summarize(value: object, depth: int) -> object:
+    if isinstance(value, Mapping):
+        if depth >= _SUMMARY_DEPTH:
+            return f"{{…{len(value)} keys}}"
+        out: dict[str, object] = {}
+        for index, (key, item) in enumerate(value.items()):
+            if index >= _SUMMARY_ITEMS:
+                out["…"] = f"{len(value) - _SUMMARY_ITEMS} more keys"
+                break
+            text = str(key)[:_SUMMARY_STRING]
+            out[text] = "[redacted]" if _is_sensitive(text) else _summarize(item, depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        if depth >= _SUMMARY_DEPTH:
+            return f"[…{len(value)} items]"
+        head = [_summarize(item, depth + 1) for item in value[:_SUMMARY_ITEMS]]
+        if len(value) > _SUMMARY_ITEMS:
+            head.append(f"…{len(value) - _SUMMARY_ITEMS} more items")
+        return head
+    if isinstance(value, str) and len(value) > _SUMMARY_STRING:
+        return f"{value[:_SUMMARY_STRING]}…({len(value)} chars)"
+    return value
+
+
+def summarize_arguments(arguments: object) -> str:
+    """A short, redacted JSON summary of arguments for the audit log.
+
+    Values under credential-like keys are replaced, strings and collections are clipped,
+    and the whole summary is bounded. Full pattern-based redaction is the shaping
+    layer's job; this only keeps the audit log from becoming a copy of the input.
+    """
+    text = json.dumps(_summarize(arguments, 0), ensure_ascii=False, default=repr)
+    return text if len(text) <= _SUMMARY_TOTAL else text[: _SUMMARY_TOTAL - 1] + "…"

@@ -1,0 +1,26 @@
+"""One proposed tool call, provider-neutral, with the provider's id kept verbatim.
+
+Adapters build ToolCalls from wire formats; the gate never guesses an id from order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ToolCall"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """A model's proposal: which tool, with which (still unvalidated) arguments.
+
+    `arguments` is whatever the provider sent: a JSON text (OpenAI), raw bytes, or an
+    already decoded object (Anthropic `input`). Nothing in it is trusted.
+    """
+
+    id: str
+    name: str
+    arguments: str | bytes | Mapping[str, object] | None
+    provider: str = "unknown"
+    raw: object = None

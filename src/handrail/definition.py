@@ -1,0 +1,341 @@
+"""Tool: a ToolSpec bound to its implementation, built by `@tool` or from a raw schema.
+
+A spec never exists without its implementation and the implementation is reachable
+only through the Tool, which the gate calls after every check has passed. The Tool
+never decides whether it may run; the gate does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import pydantic
+from pydantic import BaseModel
+
+from handrail.canonical import content_version
+from handrail.context import ToolContext
+from handrail.errors import ErrorCode, Refusal, RegistrationError
+from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
+from handrail.schema import prepare_raw_schema as _prepare_raw_schema
+from handrail.spec import (
+    ConfirmationPolicy,
+    FromPrincipal,
+    IdempotencyPolicy,
+    RetryPolicy,
+    RiskLevel,
+    SideEffect,
+    ToolHints,
+    ToolSpec,
+)
+
+__all__ = ["BoundArguments", "BusinessValidator", "Tool", "tool"]
+
+BusinessValidator: TypeAlias = Callable[[Any, ToolContext], Awaitable[None] | None]
+"""`(arguments, ctx)`; raises NotFound, Conflict or NeedsClarification to refuse.
+
+`arguments` is the tool's argument model (decorated tools) or a dict (raw-schema tools).
+"""
+
+_Invoke: TypeAlias = Callable[["BoundArguments", ToolContext], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundArguments:
+    """Arguments after stage 2: the typed value validators see, plus the plain JSON."""
+
+    value: Any
+    json: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tool:
+    """A registered tool's spec and runtime handle, inseparable.
+
+    Build one with `@tool(...)` or `Tool.from_json_schema(...)`; register it with a
+    Registry; run it only through a Gate.
+    """
+
+    spec: ToolSpec
+    _invoke: _Invoke
+    _validator: ArgumentValidator
+    _model: type[BaseModel] | None
+    validators: tuple[BusinessValidator, ...] = ()
+    _source: Callable[..., Any] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The tool's full (namespaced) name."""
+        return self.spec.name
+
+    def schema_errors(self, arguments: Mapping[str, Any]) -> dict[str, str]:
+        """Stage 2 check against the model-facing schema: {json_path: message}."""
+        return self._validator.errors(arguments)
+
+    def bind(self, arguments: dict[str, Any]) -> BoundArguments:
+        """Build typed arguments; a model's own validators can still refuse them."""
+        if self._model is None:
+            return BoundArguments(arguments, arguments)
+        try:
+            value = self._model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            errors = {
+                json_path(err["loc"]): str(err["msg"])[:160]
+                for err in exc.errors(include_url=False, include_input=False)
+            }
+            raise Refusal(
+                ErrorCode.INVALID_ARGUMENTS,
+                "The arguments do not match the tool's schema; correct the listed fields.",
+                stage="schema",
+                retryable=True,
+                field_errors=errors,
+            ) from None
+        return BoundArguments(value, arguments)
+
+    async def check(self, bound: BoundArguments, ctx: ToolContext) -> None:
+        """Run the business validators in order; sync ones run in a worker thread."""
+        for validator in self.validators:
+            if inspect.iscoroutinefunction(validator):
+                await validator(bound.value, ctx)
+            else:
+                outcome = await asyncio.to_thread(validator, bound.value, ctx)
+                if inspect.isawaitable(outcome):
+                    await outcome
+
+    async def invoke(self, bound: BoundArguments, ctx: ToolContext) -> object:
+        """Run the implementation. Only the gate calls this, after all four checks."""
+        return await self._invoke(bound, ctx)
+
+    def with_validators(self, *validators: BusinessValidator) -> Tool:
+        """A copy with more business validators, run after the existing ones."""
+        return Tool(
+            spec=self.spec,
+            _invoke=self._invoke,
+            _validator=self._validator,
+            _model=self._model,
+            validators=(*self.validators, *validators),
+            _source=self._source,
+        )
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        *,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], ToolContext], Any],
+        risk: RiskLevel,
+        side_effect: SideEffect = SideEffect.NONE,
+        permissions: Iterable[str] = (),
+        trusted: Mapping[str, FromPrincipal] | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        idempotency: IdempotencyPolicy | None = None,
+        confirmation: ConfirmationPolicy | None = None,
+        owner: str | None = None,
+        enabled: bool = True,
+        enabled_tenants: Iterable[str] | None = None,
+        scenarios: Iterable[str] = (),
+        hints: ToolHints | None = None,
+        schema_version: str | None = None,
+        description_version: str | None = None,
+        validators: Iterable[BusinessValidator] = (),
+    ) -> Tool:
+        """Declare a tool from a raw Draft 2020-12 schema and `fn(arguments, ctx)`.
+
+        This is how MCP servers and other schema-first sources supply tools. Trusted
+        parameters are removed from the model-facing schema and filled from the
+        Principal before `fn` runs.
+        """
+        trusted = dict(trusted or {})
+        facing = _prepare_raw_schema(name, input_schema, trusted)
+        spec = _build_spec(
+            name=name,
+            description=description,
+            schema=facing,
+            risk=risk,
+            side_effect=side_effect,
+            permissions=permissions,
+            trusted=trusted,
+            timeout=timeout,
+            retry=retry,
+            idempotency=idempotency,
+            confirmation=confirmation,
+            owner=owner,
+            enabled=enabled,
+            enabled_tenants=enabled_tenants,
+            scenarios=scenarios,
+            hints=hints,
+            schema_version=schema_version,
+            description_version=description_version,
+        )
+        is_async = inspect.iscoroutinefunction(fn)
+
+        async def invoke(bound: BoundArguments, ctx: ToolContext) -> object:
+            arguments = dict(bound.json)
+            for param, marker in trusted.items():
+                arguments[param] = ctx.principal.attribute(marker.attribute)
+            if is_async:
+                return await fn(arguments, ctx)
+            return await _in_thread(fn, arguments, ctx)
+
+        return cls(
+            spec=spec,
+            _invoke=invoke,
+            _validator=compile_validator(facing),
+            _model=None,
+            validators=tuple(validators),
+            _source=fn,
+        )
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> object:  # noqa: ANN401
+    # Run sync code off the event loop; contextvars are copied like asyncio.to_thread.
+    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+
+
+def _build_spec(
+    *,
+    name: str,
+    description: str,
+    schema: Mapping[str, Any],
+    risk: RiskLevel,
+    side_effect: SideEffect,
+    permissions: Iterable[str],
+    trusted: Mapping[str, FromPrincipal],
+    timeout: float,
+    retry: RetryPolicy | None,
+    idempotency: IdempotencyPolicy | None,
+    confirmation: ConfirmationPolicy | None,
+    owner: str | None,
+    enabled: bool,
+    enabled_tenants: Iterable[str] | None,
+    scenarios: Iterable[str],
+    hints: ToolHints | None,
+    schema_version: str | None,
+    description_version: str | None,
+) -> ToolSpec:
+    description = inspect.cleandoc(description)
+    if side_effect is not SideEffect.NONE and confirmation is None:
+        # The dangerous choice has no default: a write states who must agree.
+        raise RegistrationError(
+            f"tool {name!r} writes, so it must declare a ConfirmationPolicy explicitly",
+        )
+    return ToolSpec(
+        name=name,
+        description=description,
+        input_schema=schema,
+        schema_version=schema_version or content_version(dict(schema)),
+        description_version=description_version or content_version(description),
+        risk=risk,
+        side_effect=side_effect,
+        permissions=frozenset(permissions),
+        timeout=timeout,
+        retry=retry or RetryPolicy(),
+        idempotency=idempotency or IdempotencyPolicy(),
+        confirmation=confirmation or ConfirmationPolicy(),
+        owner=owner,
+        enabled=enabled,
+        enabled_tenants=None if enabled_tenants is None else frozenset(enabled_tenants),
+        scenarios=frozenset(scenarios),
+        hints=hints or ToolHints(read_only=side_effect is SideEffect.NONE),
+        trusted=trusted,
+    )
+
+
+def _signature_invoker(
+    fn: Callable[..., Any],
+    context_parameter: str | None,
+    trusted: Mapping[str, FromPrincipal],
+    *,
+    is_async: bool,
+) -> _Invoke:
+    async def invoke(bound: BoundArguments, ctx: ToolContext) -> object:
+        model: BaseModel = bound.value
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        for param, marker in trusted.items():
+            kwargs[param] = ctx.principal.attribute(marker.attribute)
+        if context_parameter is not None:
+            kwargs[context_parameter] = ctx
+        if is_async:
+            return await fn(**kwargs)
+        return await _in_thread(fn, **kwargs)
+
+    return invoke
+
+
+def tool(
+    *,
+    risk: RiskLevel,
+    name: str | None = None,
+    namespace: str | None = None,
+    description: str | None = None,
+    side_effect: SideEffect = SideEffect.NONE,
+    permissions: Iterable[str] = (),
+    timeout: float = 10.0,
+    retry: RetryPolicy | None = None,
+    idempotency: IdempotencyPolicy | None = None,
+    confirmation: ConfirmationPolicy | None = None,
+    owner: str | None = None,
+    enabled: bool = True,
+    enabled_tenants: Iterable[str] | None = None,
+    scenarios: Iterable[str] = (),
+    hints: ToolHints | None = None,
+    schema_version: str | None = None,
+    description_version: str | None = None,
+    validators: Iterable[BusinessValidator] = (),
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool from a typed function; the signature becomes its schema.
+
+    `risk` has no default: every tool states how much harm a wrong call can do. The
+    docstring is the model-facing description unless `description` is given. The
+    decorated name is bound to the Tool, so the function runs only through a gate.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        base = name or fn.__name__
+        full_name = f"{namespace}.{base}" if namespace else base
+        text = description or inspect.getdoc(fn)
+        if not text:
+            raise RegistrationError(f"tool {full_name!r} needs a description or a docstring")
+        derived = derive_signature(fn, full_name)
+        spec = _build_spec(
+            name=full_name,
+            description=text,
+            schema=derived.json_schema,
+            risk=risk,
+            side_effect=side_effect,
+            permissions=permissions,
+            trusted=derived.trusted,
+            timeout=timeout,
+            retry=retry,
+            idempotency=idempotency,
+            confirmation=confirmation,
+            owner=owner,
+            enabled=enabled,
+            enabled_tenants=enabled_tenants,
+            scenarios=scenarios,
+            hints=hints,
+            schema_version=schema_version,
+            description_version=description_version,
+        )
+        return Tool(
+            spec=spec,
+            _invoke=_signature_invoker(
+                fn,
+                derived.context_parameter,
+                derived.trusted,
+                is_async=derived.is_async,
+            ),
+            _validator=compile_validator(derived.json_schema),
+            _model=derived.model,
+            validators=tuple(validators),
+            _source=fn,
+        )
+
+    return decorate

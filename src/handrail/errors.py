@@ -1,0 +1,199 @@
+"""Error codes and the one exception hierarchy of Handrail.
+
+Three families, never mixed:
+
+    HandrailError                  for developers and operators; never reaches the model
+    ├── RegistrationError          a tool definition Handrail refuses to register
+    │   ├── SignatureError         untyped, variadic or positional-only parameters
+    │   ├── IdentityParameterError the schema asks the model who it is
+    │   ├── SchemaError            not a valid Draft 2020-12 schema for an object
+    │   └── DuplicateToolError     the name is taken
+    ├── UnknownToolError           lookup of a name the registry does not hold
+    ├── ConfigurationError         the gate or store was set up wrongly
+    └── StoreError                 persistence failed
+
+    ToolSignal                     raised by tool authors: a declared outcome with a code
+    ├── NotFound, Conflict, NeedsClarification     (stage 3 validators and tools)
+    ├── ToolFailed                                 terminal failure the tool understands
+    └── ToolRetryable                              transient; carries retry_after
+
+    Refusal                        internal to the gate: a stage said no; becomes an
+                                   Envelope exactly once, in the gate
+
+Every code is an `ErrorCode` whose value is the stable string of DESIGN.md section 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+
+__all__ = [
+    "ConfigurationError",
+    "Conflict",
+    "DuplicateToolError",
+    "ErrorCode",
+    "HandrailError",
+    "IdentityParameterError",
+    "NeedsClarification",
+    "NotFound",
+    "Refusal",
+    "RegistrationError",
+    "SchemaError",
+    "SignatureError",
+    "StoreError",
+    "ToolFailed",
+    "ToolRetryable",
+    "ToolSignal",
+    "UnknownToolError",
+]
+
+
+class ErrorCode(StrEnum):
+    """Stable machine-readable codes; extend, never rename."""
+
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    NEEDS_CLARIFICATION = "NEEDS_CLARIFICATION"
+    NOT_FOUND = "NOT_FOUND"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    CONFLICT = "CONFLICT"
+    VERSION_CONFLICT = "VERSION_CONFLICT"
+    NEEDS_CONFIRMATION = "NEEDS_CONFIRMATION"
+    NEEDS_APPROVAL = "NEEDS_APPROVAL"
+    RISK_BLOCKED = "RISK_BLOCKED"
+    RATE_LIMITED = "RATE_LIMITED"
+    TRANSIENT = "TRANSIENT"
+    TIMEOUT = "TIMEOUT"
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    IN_PROGRESS = "IN_PROGRESS"
+    IDEMPOTENCY_MISMATCH = "IDEMPOTENCY_MISMATCH"
+    FAILED_FINAL = "FAILED_FINAL"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    CANCELLED = "CANCELLED"
+
+
+# --- developers and operators ------------------------------------------------------------
+
+
+class HandrailError(Exception):
+    """Base of errors meant for the people who build and run Handrail."""
+
+
+class RegistrationError(HandrailError):
+    """A tool definition that Handrail refuses to register."""
+
+
+class SignatureError(RegistrationError):
+    """A tool function whose signature cannot become a schema."""
+
+
+class IdentityParameterError(RegistrationError):
+    """A schema asks the model for identity, tenant or authority."""
+
+
+class SchemaError(RegistrationError):
+    """A raw input schema that is not a valid object schema."""
+
+
+class DuplicateToolError(RegistrationError):
+    """A tool name that is already registered."""
+
+
+class UnknownToolError(HandrailError, LookupError):
+    """A registry lookup of a name that is not registered."""
+
+
+class ConfigurationError(HandrailError):
+    """The gate, registry or store was configured inconsistently."""
+
+
+class StoreError(HandrailError):
+    """Persistence failed; raised from the store boundary with the cause chained."""
+
+
+# --- tool signals -------------------------------------------------------------------------
+
+
+class ToolSignal(Exception):  # noqa: N818 - these are signals, not failures of Handrail
+    """An outcome a tool author declares; its message is written for the model.
+
+    Only subclasses of this class carry their text to the model. Anything else a tool
+    raises becomes a generic envelope and its text stays in the audit log.
+    """
+
+    code: ErrorCode = ErrorCode.FAILED_FINAL
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(ToolSignal):
+    """The object the arguments name does not exist (for this principal)."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class Conflict(ToolSignal):
+    """The object is in a state that forbids the request."""
+
+    code = ErrorCode.CONFLICT
+
+
+class NeedsClarification(ToolSignal):
+    """The arguments are ambiguous; the model should ask or pick a candidate."""
+
+    code = ErrorCode.NEEDS_CLARIFICATION
+
+    def __init__(self, message: str, *, candidates: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.candidates = tuple(candidates)
+
+
+class ToolFailed(ToolSignal):
+    """A terminal failure the tool understands; retrying will not help."""
+
+    code = ErrorCode.FAILED_FINAL
+
+
+class ToolRetryable(ToolSignal):
+    """A transient failure; the same call may succeed after `retry_after` seconds."""
+
+    code = ErrorCode.TRANSIENT
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# --- refusals inside the gate ----------------------------------------------------------------
+
+
+class Refusal(Exception):  # noqa: N818 - a refusal is an outcome, not a fault
+    """A stage of the gate said no. Converted to an Envelope once, by the gate."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        summary: str,
+        *,
+        stage: str,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        field_errors: Mapping[str, str] | None = None,
+        candidates: Sequence[object] = (),
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {summary}")
+        self.code = code
+        self.summary = summary
+        self.stage = stage
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.field_errors = dict(field_errors or {})
+        self.candidates = tuple(candidates)
+        # For the audit log only: never copied into an envelope.
+        self.detail = detail

@@ -1,0 +1,459 @@
+"""Gate: the façade that takes one proposed call through every stage to an Envelope.
+
+lookup → 1 syntax → 2 schema → 3 business rules → 4 authorization → risk → execute
+under the deadline → shape → envelope, with an audit event per stage. The order is
+straight-line code here and nowhere else; it is not pluggable. Refusals become an
+Envelope exactly once, in this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pydantic_core
+
+from handrail.audit import AuditEvent, Auditor, AuditSink, summarize_arguments
+from handrail.calls import ToolCall
+from handrail.canonical import canonical_json, sha256_hex
+from handrail.clock import Clock, SystemClock
+from handrail.context import ToolContext
+from handrail.definition import BoundArguments, Tool
+from handrail.envelope import Envelope, Status
+from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
+from handrail.policy import AllowAll, Policy, check_permissions, refusal_for
+from handrail.principal import Principal
+from handrail.registry import Registry
+from handrail.validation import (
+    ArgumentLimits,
+    check_business_rules,
+    parse_arguments,
+    validate_arguments,
+)
+
+__all__ = ["Gate"]
+
+_GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
+_MAX_NAME_IN_AUDIT = 128
+
+
+class _Trail:
+    """Collects one call's audit events and times each stage; emits them at the end."""
+
+    __slots__ = ("_auditor", "_call", "_clock", "_common", "_events", "_mark")
+
+    def __init__(
+        self,
+        auditor: Auditor,
+        clock: Clock,
+        call: ToolCall,
+        principal: Principal,
+    ) -> None:
+        self._auditor = auditor
+        self._clock = clock
+        self._call = call
+        self._events: list[AuditEvent] = []
+        self._mark = clock.monotonic()
+        self._common: dict[str, Any] = {
+            "request_id": principal.request_id,
+            "tool_call_id": str(call.id)[:256],
+            "tool": str(call.name)[:_MAX_NAME_IN_AUDIT],
+            "user_id": principal.user_id,
+            "tenant_id": principal.tenant_id,
+        }
+
+    def tool(self, tool: Tool) -> None:
+        self._common["schema_version"] = tool.spec.schema_version
+
+    def arguments(self, arguments: object) -> None:
+        try:
+            digest = sha256_hex(canonical_json(arguments))
+        except ValueError:
+            digest = None
+        self._common["args_hash"] = digest
+        self._common["args_summary"] = summarize_arguments(arguments)
+
+    def raw_arguments(self, raw: object) -> None:
+        if isinstance(raw, str):
+            data = raw.encode("utf-8", "surrogatepass")
+        elif isinstance(raw, bytes | bytearray | memoryview):
+            data = bytes(raw)
+        else:
+            data = repr(type(raw)).encode()
+        self._common["args_hash"] = sha256_hex(data)
+        self._common["args_summary"] = f"[unparsed: {len(data)} bytes]"
+
+    def record(
+        self,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        now = self._clock.monotonic()
+        self._events.append(
+            self._auditor.event(
+                kind="call",
+                stage=stage,
+                decision=decision,
+                code=code,
+                duration_ms=round((now - self._mark) * 1000, 3),
+                detail=detail,
+                **self._common,
+            ),
+        )
+        self._mark = now
+
+    def emit(self) -> None:
+        self._auditor.emit(self._events)
+
+
+class Gate:
+    """Turns proposed tool calls into envelopes, one straight path per call.
+
+    Writes are refused with RISK_BLOCKED until the plan/confirm path is configured;
+    this gate runs read-only tools only.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        audit: AuditSink | None = None,
+        clock: Clock | None = None,
+        policy: Policy | None = None,
+        limits: ArgumentLimits | None = None,
+        default_timeout: float = 30.0,
+        max_result_chars: int = 64_000,
+        max_concurrency: int = 8,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        if default_timeout <= 0 or max_result_chars <= 0 or max_concurrency <= 0:
+            raise ConfigurationError("timeouts, result limits and concurrency must be positive")
+        self._registry = registry
+        self._clock = clock or SystemClock()
+        self._auditor = (
+            Auditor(audit, self._clock, new_id=new_id) if new_id else Auditor(audit, self._clock)
+        )
+        self._policy: Policy = policy or AllowAll()
+        self._limits = limits or ArgumentLimits()
+        self._default_timeout = default_timeout
+        self._max_result_chars = max_result_chars
+        self._max_concurrency = max_concurrency
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this gate looks tools up in."""
+        return self._registry
+
+    async def handle(
+        self,
+        call: ToolCall,
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> Envelope:
+        """Take one call through every stage; always returns an Envelope for `call.id`.
+
+        `timeout` is the whole request's budget in seconds; the tool gets the smaller
+        of its own timeout and what is left of that budget.
+        """
+        deadline = self._clock.monotonic() + (timeout or self._default_timeout)
+        return await self._handle(call, principal, deadline)
+
+    async def handle_batch(
+        self,
+        calls: Sequence[ToolCall],
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> list[Envelope]:
+        """Handle the calls of one model turn; envelopes come back in call order.
+
+        Read-only calls run concurrently (at most `max_concurrency` at once) under one
+        shared deadline; everything else runs afterwards, one at a time, in order. A
+        repeated call id is refused, since results are matched by id.
+        """
+        deadline = self._clock.monotonic() + (timeout or self._default_timeout)
+        results: list[Envelope | None] = [None] * len(calls)
+        seen: set[str] = set()
+        concurrent: list[int] = []
+        serial: list[int] = []
+        for index, call in enumerate(calls):
+            if call.id in seen:
+                results[index] = self._duplicate_id(call)
+                continue
+            seen.add(call.id)
+            found = self._registry.lookup(call.name, principal)
+            (concurrent if found is not None and found.spec.read_only else serial).append(index)
+
+        limit = asyncio.Semaphore(self._max_concurrency)
+
+        async def bounded(index: int) -> None:
+            async with limit:
+                results[index] = await self._handle(calls[index], principal, deadline)
+
+        async with asyncio.TaskGroup() as group:
+            for index in concurrent:
+                group.create_task(bounded(index))
+        for index in serial:
+            results[index] = await self._handle(calls[index], principal, deadline)
+        return [r for r in results if r is not None]
+
+    def handle_sync(
+        self,
+        call: ToolCall,
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> Envelope:
+        """`handle` for applications without an event loop."""
+        _require_no_running_loop()
+        return asyncio.run(self.handle(call, principal, timeout=timeout))
+
+    def handle_batch_sync(
+        self,
+        calls: Sequence[ToolCall],
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> list[Envelope]:
+        """`handle_batch` for applications without an event loop."""
+        _require_no_running_loop()
+        return asyncio.run(self.handle_batch(calls, principal, timeout=timeout))
+
+    # --- the path of one call ----------------------------------------------------------------
+
+    async def _handle(self, call: ToolCall, principal: Principal, deadline: float) -> Envelope:
+        trail = (
+            _Trail(self._auditor, self._clock, call, principal) if self._auditor.enabled else None
+        )
+        tool: Tool | None = None
+        try:
+            tool = self._registry.lookup(call.name, principal)
+            if tool is None:
+                raise Refusal(
+                    ErrorCode.UNKNOWN_TOOL,
+                    "No tool of that name is available. Use only the tools you were given.",
+                    stage="lookup",
+                )
+            if trail:
+                trail.tool(tool)
+                trail.record("lookup", "pass")
+
+            try:
+                arguments = parse_arguments(call.arguments, self._limits)
+            except Refusal:
+                if trail:
+                    trail.raw_arguments(call.arguments)
+                raise
+            if trail:
+                trail.arguments(arguments)
+                trail.record("syntax", "pass")
+
+            bound = validate_arguments(tool, arguments)
+            if trail:
+                trail.record("schema", "pass")
+
+            ctx = ToolContext(
+                principal=principal,
+                call_id=call.id,
+                tool=tool.spec.name,
+                deadline=min(deadline, self._clock.monotonic() + tool.spec.timeout),
+                clock=self._clock,
+            )
+            if tool.validators:
+                await self._within(ctx, "business", check_business_rules(tool, bound, ctx))
+            if trail:
+                trail.record("business", "pass")
+
+            await self._authorize(tool, bound, principal, call)
+            if trail:
+                trail.record("authorization", "pass")
+
+            if not tool.spec.read_only:
+                raise Refusal(
+                    ErrorCode.RISK_BLOCKED,
+                    f"{tool.spec.name} changes data and needs a confirmed plan; it was not "
+                    f"executed. Tell the user what you intend to do.",
+                    stage="risk",
+                    detail="writes need the plan/confirm path, which this gate does not run",
+                )
+
+            result = await self._execute(tool, bound, ctx)
+            envelope = self._shape(call, tool, result)
+            if trail:
+                trail.record("execute", "ok", code=envelope.status.value)
+        except Refusal as refusal:
+            envelope = self._refused(call, tool, refusal)
+            if trail:
+                trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
+        except asyncio.CancelledError:
+            if trail:
+                trail.record("execute", "cancelled", code=ErrorCode.CANCELLED)
+                trail.emit()
+            raise
+        except Exception as exc:  # noqa: BLE001 - the gate's boundary: nothing escapes to the model
+            envelope = self._failed(call, tool, ErrorCode.FAILED_FINAL, retryable=False)
+            if trail:
+                trail.record("gate", "error", code=ErrorCode.FAILED_FINAL, detail=_describe(exc))
+        if trail:
+            trail.emit()
+        return envelope
+
+    async def _authorize(
+        self,
+        tool: Tool,
+        bound: BoundArguments,
+        principal: Principal,
+        call: ToolCall,
+    ) -> None:
+        check_permissions(principal, tool.spec)
+        decision = await self._policy.decide(
+            principal,
+            tool.spec.name,
+            bound.value,
+            {"call_id": call.id, "risk": tool.spec.risk, "side_effect": tool.spec.side_effect},
+        )
+        refusal = refusal_for(decision, tool.spec)
+        if refusal is not None:
+            raise refusal
+
+    async def _within(self, ctx: ToolContext, stage: str, work: Any) -> Any:  # noqa: ANN401
+        remaining = ctx.remaining()
+        try:
+            async with asyncio.timeout(remaining) as scope:
+                return await work
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise Refusal(
+                ErrorCode.TIMEOUT,
+                "The call ran out of time before it finished. You may retry it once.",
+                stage=stage,
+                retryable=True,
+                detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
+            ) from None
+
+    async def _execute(self, tool: Tool, bound: BoundArguments, ctx: ToolContext) -> object:
+        try:
+            return await self._within(ctx, "execute", tool.invoke(bound, ctx))
+        except Refusal:
+            raise
+        except ToolSignal as signal:
+            raise Refusal(
+                signal.code,
+                signal.message,
+                stage="execute",
+                retryable=signal.retryable,
+                retry_after=getattr(signal, "retry_after", None),
+                candidates=getattr(signal, "candidates", ()),
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - the tool boundary: anything undeclared maps here
+            transient = isinstance(exc, tool.spec.retry.transient)
+            raise Refusal(
+                ErrorCode.TRANSIENT if transient else ErrorCode.FAILED_FINAL,
+                (
+                    "The tool failed with a temporary error. You may retry the same call."
+                    if transient
+                    else _GENERIC_FAILURE
+                ),
+                stage="execute",
+                retryable=transient,
+                detail=_describe(exc),
+            ) from None
+
+    def _shape(self, call: ToolCall, tool: Tool, result: object) -> Envelope:
+        try:
+            data = pydantic_core.to_jsonable_python(result)
+            size = len(pydantic_core.to_json(data))
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raise Refusal(
+                ErrorCode.FAILED_FINAL,
+                _GENERIC_FAILURE,
+                stage="result",
+                detail=f"result is not JSON-serialisable: {_describe(exc)}",
+            ) from None
+        name = tool.spec.name
+        if size > self._max_result_chars:
+            return Envelope(
+                call_id=call.id,
+                tool=name,
+                status=Status.TRUNCATED,
+                summary=(
+                    f"{name} returned about {size} characters, more than the limit of "
+                    f"{self._max_result_chars}; the data was withheld. Ask for less."
+                ),
+                truncated=True,
+                schema_version=tool.spec.schema_version,
+            )
+        if data is None or (isinstance(data, list | dict | str) and not data):
+            status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
+        elif isinstance(data, list):
+            status, summary = Status.OK, f"{name} returned {len(data)} item(s)."
+        else:
+            status, summary = Status.OK, f"{name} returned a result."
+        return Envelope(
+            call_id=call.id,
+            tool=name,
+            status=status,
+            summary=summary,
+            data=data,
+            schema_version=tool.spec.schema_version,
+        )
+
+    def _refused(self, call: ToolCall, tool: Tool | None, refusal: Refusal) -> Envelope:
+        return Envelope(
+            call_id=call.id,
+            tool=tool.spec.name if tool else str(call.name)[:_MAX_NAME_IN_AUDIT],
+            status=Status.ERROR,
+            summary=refusal.summary,
+            error_type=refusal.code,
+            retryable=refusal.retryable,
+            retry_after=refusal.retry_after,
+            field_errors=refusal.field_errors,
+            candidates=refusal.candidates,
+            schema_version=tool.spec.schema_version if tool else None,
+        )
+
+    def _failed(
+        self,
+        call: ToolCall,
+        tool: Tool | None,
+        code: ErrorCode,
+        *,
+        retryable: bool,
+    ) -> Envelope:
+        return self._refused(
+            call,
+            tool,
+            Refusal(code, _GENERIC_FAILURE, stage="gate", retryable=retryable),
+        )
+
+    def _duplicate_id(self, call: ToolCall) -> Envelope:
+        return self._refused(
+            call,
+            None,
+            Refusal(
+                ErrorCode.INVALID_ARGUMENTS,
+                "Another call in this turn has the same id; this one was not run.",
+                stage="lookup",
+            ),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """Full text of an exception for the audit log (operators only), bounded."""
+    text = "".join(traceback.format_exception(exc))
+    return text[-8000:]
+
+
+def _require_no_running_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ConfigurationError("a *_sync method was called inside an event loop; await instead")

@@ -1,0 +1,65 @@
+"""The authenticated caller: who, for which tenant, with which permissions and data scope.
+
+A Principal is built by the host application from its own authentication. Handrail
+never reads identity, tenant or authority from model arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = ["Principal"]
+
+
+def _frozen_mapping(value: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Principal:
+    """Identity from authentication, immutable for the life of a request.
+
+    `data_scope` narrows what the principal may see inside its tenant (for example
+    `{"region": "eu"}`); tools and resolvers apply it to every query.
+    """
+
+    user_id: str
+    tenant_id: str
+    permissions: frozenset[str] = frozenset()
+    roles: frozenset[str] = frozenset()
+    data_scope: Mapping[str, object] = field(default_factory=dict)
+    request_id: str | None = None
+    trace_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.user_id or not self.tenant_id:
+            msg = "a Principal needs a non-empty user_id and tenant_id"
+            raise ValueError(msg)
+        object.__setattr__(self, "permissions", frozenset(self.permissions))
+        object.__setattr__(self, "roles", frozenset(self.roles))
+        object.__setattr__(self, "data_scope", _frozen_mapping(self.data_scope))
+
+    def has_permissions(self, required: frozenset[str]) -> bool:
+        """True when every required permission is held."""
+        return required <= self.permissions
+
+    def attribute(self, name: str) -> object:
+        """Read a trusted attribute by name, for trusted-parameter injection.
+
+        Names are `user_id`, `tenant_id`, `roles`, `permissions`, `request_id`,
+        `trace_id`, or `data_scope.<key>`.
+        """
+        if name.startswith("data_scope."):
+            return self.data_scope[name.removeprefix("data_scope.")]
+        if name in _ATTRIBUTES:
+            value = getattr(self, name)
+            return sorted(value) if isinstance(value, frozenset) else value
+        msg = f"Principal has no trusted attribute {name!r}"
+        raise KeyError(msg)
+
+
+_ATTRIBUTES = frozenset(
+    {"user_id", "tenant_id", "permissions", "roles", "request_id", "trace_id"},
+)

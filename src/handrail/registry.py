@@ -1,0 +1,145 @@
+"""Registry: the one source of what the model may see and of what may run.
+
+Owns registration (with collision detection), deregistration, both audited, and
+exposure: which tools exist for a given principal, tenant and scenario. It never holds
+a spec without its implementation, and never runs a tool.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from types import MappingProxyType
+
+from handrail.audit import Auditor
+from handrail.clock import SystemClock
+from handrail.definition import Tool
+from handrail.errors import DuplicateToolError, UnknownToolError
+from handrail.principal import Principal
+from handrail.spec import ToolSpec
+
+__all__ = ["Registry"]
+
+_FOLD = re.compile(r"[^a-z0-9]")
+
+
+def _folded(name: str) -> str:
+    # Provider name rules differ (some forbid '.', some are case-insensitive); two
+    # names that fold to the same key could be confused on some wire, so they collide.
+    return _FOLD.sub("_", name.lower())
+
+
+class Registry:
+    """Tools by full name. Reads are lock-free; writes copy the table under a lock."""
+
+    def __init__(self, *, auditor: Auditor | None = None) -> None:
+        self._auditor = auditor or Auditor(None, SystemClock())
+        self._lock = threading.Lock()
+        self._tools: MappingProxyType[str, Tool] = MappingProxyType({})
+
+    def register(self, tool: Tool, *, actor: str = "system") -> ToolSpec:
+        """Add a tool. Refuses a name that equals or folds to a registered one."""
+        if not isinstance(tool, Tool):
+            msg = f"register() takes a Tool built by @tool or Tool.from_json_schema, not {tool!r}"
+            raise TypeError(msg)
+        name = tool.spec.name
+        with self._lock:
+            folded = _folded(name)
+            clash = next((n for n in self._tools if _folded(n) == folded), None)
+            if clash is not None:
+                self._audit("register", "refused", tool.spec, actor, f"collides with {clash!r}")
+                raise DuplicateToolError(
+                    f"tool {name!r} collides with registered tool {clash!r}",
+                )
+            table = dict(self._tools)
+            table[name] = tool
+            self._tools = MappingProxyType(table)
+        self._audit("register", "accepted", tool.spec, actor, None)
+        return tool.spec
+
+    def deregister(self, name: str, *, actor: str = "system") -> Tool:
+        """Remove a tool; calls already running finish, new calls see UNKNOWN_TOOL."""
+        with self._lock:
+            if name not in self._tools:
+                raise UnknownToolError(f"no tool named {name!r} is registered")
+            table = dict(self._tools)
+            removed = table.pop(name)
+            self._tools = MappingProxyType(table)
+        self._audit("deregister", "removed", removed.spec, actor, None)
+        return removed
+
+    def get(self, name: str) -> Tool:
+        """The tool registered under `name`, whatever its exposure."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(f"no tool named {name!r} is registered") from None
+
+    def lookup(self, name: str, principal: Principal) -> Tool | None:
+        """The tool a call by this principal may reach: registered, enabled, not forbidden.
+
+        Permissions are not checked here: a missing permission is a PERMISSION_DENIED
+        in stage 4, not a tool that does not exist.
+        """
+        found = self._tools.get(name)
+        if found is None or found.spec.forbidden or not found.spec.enabled_for(principal.tenant_id):
+            return None
+        return found
+
+    def exposed(self, principal: Principal, *, scenario: str | None = None) -> tuple[ToolSpec, ...]:
+        """The specs to send to the model for this principal (and scenario), by name.
+
+        Never includes forbidden (L4) or disabled tools, tools of other tenants, or
+        tools whose permissions the principal lacks.
+        """
+        specs = []
+        for name in sorted(self._tools):
+            spec = self._tools[name].spec
+            if spec.forbidden or not spec.enabled_for(principal.tenant_id):
+                continue
+            if not principal.has_permissions(spec.permissions):
+                continue
+            if scenario is not None and spec.scenarios and scenario not in spec.scenarios:
+                continue
+            specs.append(spec)
+        return tuple(specs)
+
+    def in_namespace(self, namespace: str) -> tuple[ToolSpec, ...]:
+        """Specs whose name starts with `namespace.`, by name."""
+        prefix = namespace.rstrip(".") + "."
+        return tuple(self._tools[n].spec for n in sorted(self._tools) if n.startswith(prefix))
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Every registered spec, by name."""
+        return tuple(self._tools[n].spec for n in sorted(self._tools))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._tools))
+
+    def _audit(
+        self,
+        stage: str,
+        decision: str,
+        spec: ToolSpec,
+        actor: str,
+        detail: str | None,
+    ) -> None:
+        if not self._auditor.enabled:
+            return
+        event = self._auditor.event(
+            kind="registry",
+            stage=stage,
+            decision=decision,
+            tool=spec.name,
+            schema_version=spec.schema_version,
+            user_id=actor,
+            detail=detail or f"description_version={spec.description_version}",
+        )
+        self._auditor.emit([event])

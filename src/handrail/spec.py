@@ -1,0 +1,219 @@
+"""ToolSpec: everything Handrail knows about a tool except how to run it.
+
+A spec is pure data — names, model-facing descriptions and schema with their versions,
+risk, side effects, permissions, time and the retry, idempotency and confirmation
+policies. It never executes anything; `definition.Tool` binds it to an implementation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from handrail.errors import RegistrationError
+
+__all__ = [
+    "ConfirmationMode",
+    "ConfirmationPolicy",
+    "FromPrincipal",
+    "IdempotencyMode",
+    "IdempotencyPolicy",
+    "RetryPolicy",
+    "RiskLevel",
+    "SideEffect",
+    "ToolHints",
+    "ToolSpec",
+]
+
+_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_MAX_NAME = 128
+
+
+class RiskLevel(IntEnum):
+    """How much harm a wrong call can do; decides exposure and the confirmation path."""
+
+    L0_PUBLIC_READ = 0
+    L1_INTERNAL_READ = 1
+    L2_REVERSIBLE_WRITE = 2
+    L3_HIGH_RISK_WRITE = 3
+    L4_FORBIDDEN = 4
+
+
+class SideEffect(StrEnum):
+    """What a call changes outside itself."""
+
+    NONE = "none"
+    """Reads only; safe to run concurrently and to repeat."""
+    LOCAL_WRITE = "local_write"
+    """Writes a database the store can share a transaction with."""
+    EXTERNAL_WRITE = "external_write"
+    """Writes a system Handrail cannot see into; a lost response means UNKNOWN."""
+
+
+class IdempotencyMode(StrEnum):
+    """Where a write's idempotency key comes from."""
+
+    NONE = "none"
+    PLAN = "plan"
+    COMMAND_ID = "command_id"
+
+
+class ConfirmationMode(StrEnum):
+    """Who must agree before a write runs."""
+
+    NONE = "none"
+    CONFIRM = "confirm"
+    APPROVE = "approve"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How failures are classified and retried.
+
+    Exceptions of the `transient` types become TRANSIENT (retryable); anything else a
+    tool raises without declaring it becomes FAILED_FINAL.
+    """
+
+    max_attempts: int = 1
+    initial_backoff: float = 0.1
+    max_backoff: float = 5.0
+    transient: tuple[type[BaseException], ...] = (ConnectionError,)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise RegistrationError("RetryPolicy.max_attempts must be at least 1")
+        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
+            raise RegistrationError("RetryPolicy backoff must satisfy 0 <= initial <= max")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IdempotencyPolicy:
+    """The source of a write's idempotency key; NONE only for reads."""
+
+    mode: IdempotencyMode = IdempotencyMode.NONE
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfirmationPolicy:
+    """Whether a write needs its requester's confirmation or named approvers."""
+
+    mode: ConfirmationMode = ConfirmationMode.NONE
+    approver_permission: str | None = None
+    distinct_approvers: int = 1
+    ttl_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.mode is ConfirmationMode.APPROVE and not self.approver_permission:
+            raise RegistrationError("an APPROVE confirmation policy needs approver_permission")
+        if self.distinct_approvers < 1 or self.ttl_seconds <= 0:
+            raise RegistrationError("distinct_approvers >= 1 and ttl_seconds > 0 are required")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolHints:
+    """MCP-style hints shown to clients. Hints are advice, never authority."""
+
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    open_world: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FromPrincipal:
+    """Marks a parameter as trusted: filled from the Principal, hidden from the model.
+
+    Use as `tenant: Annotated[str, FromPrincipal("tenant_id")]`, or in the `trusted`
+    mapping of a raw-schema tool.
+    """
+
+    attribute: str
+
+
+def _check_name(name: str) -> None:
+    segments = name.split(".")
+    if len(name) > _MAX_NAME or not all(_SEGMENT.match(s) for s in segments):
+        raise RegistrationError(
+            f"invalid tool name {name!r}: use dot-separated segments of letters, digits, "
+            f"'_' or '-', each starting with a letter, at most 64 characters each",
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolSpec:
+    """The single declaration of a tool: what the model sees and how Handrail treats it.
+
+    `input_schema` is the model-facing JSON Schema (trusted parameters removed).
+    `enabled_tenants` of None means every tenant.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    schema_version: str
+    description_version: str
+    risk: RiskLevel
+    side_effect: SideEffect
+    permissions: frozenset[str] = frozenset()
+    timeout: float = 10.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    idempotency: IdempotencyPolicy = field(default_factory=IdempotencyPolicy)
+    confirmation: ConfirmationPolicy = field(default_factory=ConfirmationPolicy)
+    owner: str | None = None
+    enabled: bool = True
+    enabled_tenants: frozenset[str] | None = None
+    scenarios: frozenset[str] = frozenset()
+    hints: ToolHints = field(default_factory=ToolHints)
+    trusted: Mapping[str, FromPrincipal] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not self.description.strip():
+            raise RegistrationError(f"tool {self.name!r} needs a description for the model")
+        if self.timeout <= 0:
+            raise RegistrationError(f"tool {self.name!r}: timeout must be positive")
+        writes = self.side_effect is not SideEffect.NONE
+        if writes and self.risk < RiskLevel.L2_REVERSIBLE_WRITE:
+            raise RegistrationError(
+                f"tool {self.name!r} writes ({self.side_effect}) but is declared "
+                f"{self.risk.name}; writes are L2 or higher",
+            )
+        if not writes and self.risk in {
+            RiskLevel.L2_REVERSIBLE_WRITE,
+            RiskLevel.L3_HIGH_RISK_WRITE,
+        }:
+            raise RegistrationError(
+                f"tool {self.name!r} is declared {self.risk.name} but has no side effect",
+            )
+        if self.hints.read_only and writes:
+            raise RegistrationError(f"tool {self.name!r}: read_only hint contradicts a write")
+        object.__setattr__(self, "permissions", frozenset(self.permissions))
+        object.__setattr__(self, "scenarios", frozenset(self.scenarios))
+        if self.enabled_tenants is not None:
+            object.__setattr__(self, "enabled_tenants", frozenset(self.enabled_tenants))
+        object.__setattr__(self, "input_schema", MappingProxyType(dict(self.input_schema)))
+        object.__setattr__(self, "trusted", MappingProxyType(dict(self.trusted)))
+
+    @property
+    def namespace(self) -> str | None:
+        """The part of the name before the last dot, if any."""
+        head, dot, _ = self.name.rpartition(".")
+        return head if dot else None
+
+    @property
+    def read_only(self) -> bool:
+        """True for tools that change nothing and may run concurrently."""
+        return self.side_effect is SideEffect.NONE
+
+    @property
+    def forbidden(self) -> bool:
+        """L4 tools are registered for the record but never exposed or run."""
+        return self.risk is RiskLevel.L4_FORBIDDEN
+
+    def enabled_for(self, tenant_id: str) -> bool:
+        """Whether the tool exists at all for this tenant."""
+        return self.enabled and (self.enabled_tenants is None or tenant_id in self.enabled_tenants)
