@@ -36,7 +36,7 @@ demo: $(VENV)/.synced
 	$(VENV)/bin/handrail demo
 
 test: $(VENV)/.synced
-	$(VENV)/bin/python -m pytest --cov --cov-branch --cov-report=term --cov-fail-under=90 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --cov --cov-branch --cov-report=term --cov-fail-under=95 $(PYTEST_ARGS)
 
 lint: $(VENV)/.synced
 	$(VENV)/bin/ruff check .

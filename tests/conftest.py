@@ -17,7 +17,6 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.audit import Auditor
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 BOOKS = {
@@ -98,7 +97,7 @@ def audit() -> MemoryAuditSink:
 
 @pytest.fixture
 def registry(clock: FixedClock, audit: MemoryAuditSink) -> Registry:
-    registry = Registry(auditor=Auditor(audit, clock, new_id=sequential_ids("reg")))
+    registry = Registry(audit=audit, clock=clock, new_id=sequential_ids("reg"))
     registry.register(search)
     registry.register(stock)
     return registry

@@ -5,12 +5,18 @@ syntax, JSON Schema, business rules and authorization, in that order, runs under
 deadline and comes back as a bounded Envelope, with an audit event for every stage.
 """
 
-from handrail.audit import AuditEvent, AuditSink, BatchingAuditSink, MemoryAuditSink
+from handrail.audit import (
+    AuditEvent,
+    AuditSink,
+    AuditSubject,
+    BatchingAuditSink,
+    MemoryAuditSink,
+)
 from handrail.calls import ToolCall
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
 from handrail.definition import Tool, tool
-from handrail.envelope import Envelope, Status
+from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import (
     Conflict,
     ErrorCode,
@@ -45,6 +51,7 @@ __all__ = [
     "ArgumentLimits",
     "AuditEvent",
     "AuditSink",
+    "AuditSubject",
     "BatchingAuditSink",
     "Clock",
     "ConfirmationMode",
@@ -53,6 +60,7 @@ __all__ = [
     "Decision",
     "Envelope",
     "ErrorCode",
+    "ErrorDetail",
     "FromPrincipal",
     "Gate",
     "HandrailError",

@@ -7,6 +7,8 @@ it records what the gate and the registry decided.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import queue
@@ -26,10 +28,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AuditEvent",
     "AuditSink",
+    "AuditSubject",
     "Auditor",
     "BatchingAuditSink",
     "MemoryAuditSink",
     "summarize_arguments",
+    "unique_ids",
 ]
 
 _log = logging.getLogger("handrail.audit")
@@ -54,18 +58,13 @@ _SUMMARY_STRING = 48
 _SUMMARY_ITEMS = 8
 _SUMMARY_DEPTH = 3
 _SUMMARY_TOTAL = 512
+_CACHED_KEY = 64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class AuditEvent:
-    """One fact in the audit trail. `detail` is for operators and never reaches a model."""
+class AuditSubject:
+    """What the events of one call (or one registry change) are about; shared by them."""
 
-    event_id: str
-    at: datetime
-    kind: str
-    stage: str
-    decision: str
-    code: str | None = None
     request_id: str | None = None
     tool_call_id: str | None = None
     tool: str | None = None
@@ -74,8 +73,67 @@ class AuditEvent:
     args_summary: str | None = None
     user_id: str | None = None
     tenant_id: str | None = None
+
+
+_NO_SUBJECT = AuditSubject()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEvent:
+    """One fact in the audit trail. `detail` is for operators and never reaches a model.
+
+    The subject's fields read as the event's own (`event.tool`, `event.tenant_id`, ...).
+    """
+
+    event_id: str
+    at: datetime
+    kind: str
+    stage: str
+    decision: str
+    subject: AuditSubject = _NO_SUBJECT
+    code: str | None = None
     duration_ms: float | None = None
     detail: str | None = None
+
+    @property
+    def request_id(self) -> str | None:
+        """The request this event belongs to."""
+        return self.subject.request_id
+
+    @property
+    def tool_call_id(self) -> str | None:
+        """The provider's call id, bounded."""
+        return self.subject.tool_call_id
+
+    @property
+    def tool(self) -> str | None:
+        """The tool name (as proposed, bounded, when it was unknown)."""
+        return self.subject.tool
+
+    @property
+    def schema_version(self) -> str | None:
+        """The schema version the arguments were checked against."""
+        return self.subject.schema_version
+
+    @property
+    def args_hash(self) -> str | None:
+        """SHA-256 of the canonical arguments (or of the raw input, if unparsable)."""
+        return self.subject.args_hash
+
+    @property
+    def args_summary(self) -> str | None:
+        """A short, redacted summary of the arguments."""
+        return self.subject.args_summary
+
+    @property
+    def user_id(self) -> str | None:
+        """The principal's user, or the actor of a registry change."""
+        return self.subject.user_id
+
+    @property
+    def tenant_id(self) -> str | None:
+        """The principal's tenant."""
+        return self.subject.tenant_id
 
 
 class AuditSink(Protocol):
@@ -86,8 +144,14 @@ class AuditSink(Protocol):
         ...
 
 
-def _uuid_hex() -> str:
-    return uuid.uuid4().hex
+def unique_ids() -> Callable[[], str]:
+    """Ids unique across processes: a random 96-bit prefix per source, then a counter.
+
+    Cheaper than a uuid4 per event (no system call), and still never repeats.
+    """
+    prefix = uuid.uuid4().hex[:24]
+    counter = itertools.count(1)
+    return lambda: f"{prefix}{next(counter):08x}"
 
 
 class Auditor:
@@ -103,11 +167,11 @@ class Auditor:
         sink: AuditSink | None,
         clock: Clock,
         *,
-        new_id: Callable[[], str] = _uuid_hex,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self._sink = sink
         self._clock = clock
-        self._new_id = new_id
+        self._new_id = new_id or unique_ids()
 
     @property
     def enabled(self) -> bool:
@@ -120,16 +184,23 @@ class Auditor:
         kind: str,
         stage: str,
         decision: str,
-        **fields: str | float | None,
+        subject: AuditSubject = _NO_SUBJECT,
+        code: str | None = None,
+        duration_ms: float | None = None,
+        detail: str | None = None,
+        at: datetime | None = None,
     ) -> AuditEvent:
-        """A new event stamped with a fresh id and the current time."""
+        """A new event with a fresh id, stamped now unless `at` says when it happened."""
         return AuditEvent(
             event_id=self._new_id(),
-            at=self._clock.now(),
+            at=self._clock.now() if at is None else at,
             kind=kind,
             stage=stage,
             decision=decision,
-            **fields,  # type: ignore[arg-type]
+            subject=subject,
+            code=code,
+            duration_ms=duration_ms,
+            detail=detail,
         )
 
     def emit(self, events: Sequence[AuditEvent]) -> None:
@@ -234,9 +305,21 @@ class BatchingAuditSink:
         _log.critical("%d audit events could not be written and are lost", len(batch))
 
 
-def _is_sensitive(key: str) -> bool:
+def _names_credential(key: str) -> bool:
     lowered = key.lower().replace("-", "_")
     return any(marker in lowered for marker in _SENSITIVE_KEYS)
+
+
+_names_credential_cached = functools.lru_cache(maxsize=4096)(_names_credential)
+
+
+def _is_sensitive(key: str) -> bool:
+    # The whole key is checked, never a clipped one; only short keys are cached, so the
+    # cache cannot hold megabytes of model-chosen key names.
+    return _names_credential_cached(key) if len(key) <= _CACHED_KEY else _names_credential(key)
+
+
+_SUMMARY_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr)
 
 
 def _summarize(value: object, depth: int) -> object:
@@ -248,8 +331,9 @@ def _summarize(value: object, depth: int) -> object:
             if index >= _SUMMARY_ITEMS:
                 out["…"] = f"{len(value) - _SUMMARY_ITEMS} more keys"
                 break
-            text = str(key)[:_SUMMARY_STRING]
-            out[text] = "[redacted]" if _is_sensitive(text) else _summarize(item, depth + 1)
+            name = str(key)
+            shown = name[:_SUMMARY_STRING]
+            out[shown] = "[redacted]" if _is_sensitive(name) else _summarize(item, depth + 1)
         return out
     if isinstance(value, list | tuple):
         if depth >= _SUMMARY_DEPTH:
@@ -270,5 +354,5 @@ def summarize_arguments(arguments: object) -> str:
     and the whole summary is bounded. Full pattern-based redaction is the shaping
     layer's job; this only keeps the audit log from becoming a copy of the input.
     """
-    text = json.dumps(_summarize(arguments, 0), ensure_ascii=False, default=repr)
+    text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
     return text if len(text) <= _SUMMARY_TOTAL else text[: _SUMMARY_TOTAL - 1] + "…"

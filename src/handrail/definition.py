@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import pydantic
 from pydantic import BaseModel
@@ -41,7 +41,7 @@ BusinessValidator: TypeAlias = Callable[[Any, ToolContext], Awaitable[None] | No
 `arguments` is the tool's argument model (decorated tools) or a dict (raw-schema tools).
 """
 
-_Invoke: TypeAlias = Callable[["BoundArguments", ToolContext], Awaitable[object]]
+_Invoke: TypeAlias = Callable[["BoundArguments", ToolContext | None], Coroutine[Any, Any, object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,8 @@ class Tool:
     _validator: ArgumentValidator
     _model: type[BaseModel] | None
     validators: tuple[BusinessValidator, ...] = ()
+    needs_context: bool = True
+    """False only when neither the tool nor a validator reads a ToolContext."""
     _source: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
@@ -106,9 +108,12 @@ class Tool:
                 if inspect.isawaitable(outcome):
                     await outcome
 
-    async def invoke(self, bound: BoundArguments, ctx: ToolContext) -> object:
-        """Run the implementation. Only the gate calls this, after all four checks."""
-        return await self._invoke(bound, ctx)
+    def invoke(self, bound: BoundArguments, ctx: ToolContext | None) -> Coroutine[Any, Any, object]:
+        """Run the implementation. Only the gate calls this, after all four checks.
+
+        `ctx` may be None only for a tool whose `needs_context` is False.
+        """
+        return self._invoke(bound, ctx)
 
     def with_validators(self, *validators: BusinessValidator) -> Tool:
         """A copy with more business validators, run after the existing ones."""
@@ -118,6 +123,7 @@ class Tool:
             _validator=self._validator,
             _model=self._model,
             validators=(*self.validators, *validators),
+            needs_context=self.needs_context or bool(validators),
             _source=self._source,
         )
 
@@ -176,7 +182,8 @@ class Tool:
         )
         is_async = inspect.iscoroutinefunction(fn)
 
-        async def invoke(bound: BoundArguments, ctx: ToolContext) -> object:
+        async def invoke(bound: BoundArguments, ctx: ToolContext | None) -> object:
+            ctx = cast("ToolContext", ctx)  # needs_context is True for raw-schema tools
             arguments = dict(bound.json)
             for param, marker in trusted.items():
                 arguments[param] = ctx.principal.attribute(marker.attribute)
@@ -255,13 +262,14 @@ def _signature_invoker(
     *,
     is_async: bool,
 ) -> _Invoke:
-    async def invoke(bound: BoundArguments, ctx: ToolContext) -> object:
-        model: BaseModel = bound.value
-        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
-        for param, marker in trusted.items():
-            kwargs[param] = ctx.principal.attribute(marker.attribute)
-        if context_parameter is not None:
-            kwargs[context_parameter] = ctx
+    async def invoke(bound: BoundArguments, ctx: ToolContext | None) -> object:
+        # A pydantic model's __dict__ holds exactly its field values.
+        kwargs = dict(bound.value.__dict__)
+        if ctx is not None:
+            for param, marker in trusted.items():
+                kwargs[param] = ctx.principal.attribute(marker.attribute)
+            if context_parameter is not None:
+                kwargs[context_parameter] = ctx
         if is_async:
             return await fn(**kwargs)
         return await _in_thread(fn, **kwargs)
@@ -304,6 +312,7 @@ def tool(
         if not text:
             raise RegistrationError(f"tool {full_name!r} needs a description or a docstring")
         derived = derive_signature(fn, full_name)
+        validators_ = tuple(validators)
         spec = _build_spec(
             name=full_name,
             description=text,
@@ -334,7 +343,10 @@ def tool(
             ),
             _validator=compile_validator(derived.json_schema),
             _model=derived.model,
-            validators=tuple(validators),
+            validators=validators_,
+            needs_context=bool(
+                derived.context_parameter is not None or derived.trusted or validators_,
+            ),
             _source=fn,
         )
 

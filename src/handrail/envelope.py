@@ -7,19 +7,22 @@ traces, internal paths, exception text or secrets.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+import pydantic_core
+
 from handrail.errors import ErrorCode
 
-__all__ = ["ENVELOPE_VERSION", "Envelope", "Status"]
+__all__ = ["ENVELOPE_VERSION", "Envelope", "ErrorDetail", "Status"]
 
 ENVELOPE_VERSION = "1"
 """Version of the envelope contract itself; bumped only on an incompatible change."""
+
+_NO_FIELD_ERRORS: Mapping[str, str] = MappingProxyType({})
 
 
 class Status(StrEnum):
@@ -31,63 +34,107 @@ class Status(StrEnum):
     TRUNCATED = "truncated"
     """A valid answer that was cut to fit the budget."""
     ERROR = "error"
-    """Refused or failed; `error_type` says which and `retryable` whether to try again."""
+    """Refused or failed; `error` says why and whether to try again."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorDetail:
+    """Why a call was refused or failed, and what the model may do about it."""
+
+    code: ErrorCode
+    retryable: bool = False
+    retry_after: float | None = None
+    field_errors: Mapping[str, str] = field(default_factory=lambda: _NO_FIELD_ERRORS)
+    candidates: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.field_errors is not _NO_FIELD_ERRORS:
+            object.__setattr__(self, "field_errors", MappingProxyType(dict(self.field_errors)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Envelope:
-    """The result of one tool call as shown to the model, keyed by its call id."""
+    """The result of one tool call as shown to the model, keyed by its call id.
+
+    `error` is set exactly when `status` is ERROR; its fields are also readable flat
+    (`error_type`, `retryable`, ...), as the model reads them.
+    """
 
     call_id: str
     tool: str
     status: Status
     summary: str
     data: Any = None
-    error_type: ErrorCode | None = None
-    retryable: bool = False
-    retry_after: float | None = None
     truncated: bool = False
     cursor: str | None = None
     ref: str | None = None
     schema_version: str | None = None
-    field_errors: Mapping[str, str] = field(default_factory=dict)
-    candidates: tuple[Any, ...] = ()
+    error: ErrorDetail | None = None
 
     def __post_init__(self) -> None:
-        if (self.status is Status.ERROR) != (self.error_type is not None):
-            msg = "an envelope has an error_type exactly when its status is 'error'"
+        if (self.status is Status.ERROR) != (self.error is not None):
+            msg = "an envelope has an error exactly when its status is 'error'"
             raise ValueError(msg)
-        object.__setattr__(self, "field_errors", MappingProxyType(dict(self.field_errors)))
 
     @property
     def ok(self) -> bool:
         """True for ok, empty and truncated results."""
-        return self.status is not Status.ERROR
+        return self.error is None
+
+    @property
+    def error_type(self) -> ErrorCode | None:
+        """The stable code of a refusal or failure; None for results."""
+        return None if self.error is None else self.error.code
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call may succeed if made again."""
+        return self.error is not None and self.error.retryable
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds to wait before a retry, when known."""
+        return None if self.error is None else self.error.retry_after
+
+    @property
+    def field_errors(self) -> Mapping[str, str]:
+        """Argument errors by JSONPath."""
+        return _NO_FIELD_ERRORS if self.error is None else self.error.field_errors
+
+    @property
+    def candidates(self) -> tuple[Any, ...]:
+        """Choices offered with NEEDS_CLARIFICATION."""
+        return () if self.error is None else self.error.candidates
 
     def to_model_dict(self) -> dict[str, Any]:
         """The JSON object the model reads. Keys are stable; optional ones appear when set."""
+        error = self.error
         out: dict[str, Any] = {
             "status": self.status.value,
             "summary": self.summary,
             "data": self.data,
             "truncated": self.truncated,
-            "error_type": None if self.error_type is None else self.error_type.value,
-            "retryable": self.retryable,
+            "error_type": None if error is None else error.code.value,
+            "retryable": error is not None and error.retryable,
             "schema_version": self.schema_version,
             "envelope_version": ENVELOPE_VERSION,
         }
-        if self.retry_after is not None:
-            out["retry_after"] = self.retry_after
         if self.cursor is not None:
             out["cursor"] = self.cursor
         if self.ref is not None:
             out["ref"] = self.ref
-        if self.field_errors:
-            out["field_errors"] = dict(self.field_errors)
-        if self.candidates:
-            out["candidates"] = list(self.candidates)
+        if error is not None:
+            if error.retry_after is not None:
+                out["retry_after"] = error.retry_after
+            if error.field_errors:
+                out["field_errors"] = dict(error.field_errors)
+            if error.candidates:
+                out["candidates"] = list(error.candidates)
         return out
 
     def to_json(self) -> str:
-        """Compact JSON of `to_model_dict()`, UTF-8 characters kept as they are."""
-        return json.dumps(self.to_model_dict(), ensure_ascii=False, separators=(",", ":"))
+        """Compact JSON of `to_model_dict()`, UTF-8 characters kept as they are.
+
+        Always valid JSON: a NaN or infinity that slipped into `data` becomes null.
+        """
+        return pydantic_core.to_json(self.to_model_dict(), inf_nan_mode="null").decode()

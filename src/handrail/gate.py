@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
 import pydantic_core
 
-from handrail.audit import AuditEvent, Auditor, AuditSink, summarize_arguments
+from handrail.audit import Auditor, AuditSink, AuditSubject, summarize_arguments
 from handrail.calls import ToolCall
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
+from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
-from handrail.envelope import Envelope, Status
+from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
-from handrail.policy import AllowAll, Policy, check_permissions, refusal_for
+from handrail.policy import Policy, check_permissions, refusal_for
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.validation import (
@@ -35,14 +37,21 @@ from handrail.validation import (
 
 __all__ = ["Gate"]
 
+T = TypeVar("T")
+
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _MAX_NAME_IN_AUDIT = 128
+_MAX_DETAIL = 8000
 
 
 class _Trail:
-    """Collects one call's audit events and times each stage; emits them at the end."""
+    """Times one call's stages; at the end, emits one event per stage about one subject.
 
-    __slots__ = ("_auditor", "_call", "_clock", "_common", "_events", "_mark")
+    Recording a stage only notes its outcome and time; the events are built once, when
+    the call is over, so every event of the call shares the same subject.
+    """
+
+    __slots__ = ("_auditor", "_clock", "_mark", "_stages", "_subject")
 
     def __init__(
         self,
@@ -53,10 +62,9 @@ class _Trail:
     ) -> None:
         self._auditor = auditor
         self._clock = clock
-        self._call = call
-        self._events: list[AuditEvent] = []
+        self._stages: list[tuple[str, str, str | None, str | None, float, datetime]] = []
         self._mark = clock.monotonic()
-        self._common: dict[str, Any] = {
+        self._subject: dict[str, Any] = {
             "request_id": principal.request_id,
             "tool_call_id": str(call.id)[:256],
             "tool": str(call.name)[:_MAX_NAME_IN_AUDIT],
@@ -65,15 +73,15 @@ class _Trail:
         }
 
     def tool(self, tool: Tool) -> None:
-        self._common["schema_version"] = tool.spec.schema_version
+        self._subject["schema_version"] = tool.spec.schema_version
 
     def arguments(self, arguments: object) -> None:
         try:
             digest = sha256_hex(canonical_json(arguments))
         except ValueError:
             digest = None
-        self._common["args_hash"] = digest
-        self._common["args_summary"] = summarize_arguments(arguments)
+        self._subject["args_hash"] = digest
+        self._subject["args_summary"] = summarize_arguments(arguments)
 
     def raw_arguments(self, raw: object) -> None:
         if isinstance(raw, str):
@@ -82,8 +90,8 @@ class _Trail:
             data = bytes(raw)
         else:
             data = repr(type(raw)).encode()
-        self._common["args_hash"] = sha256_hex(data)
-        self._common["args_summary"] = f"[unparsed: {len(data)} bytes]"
+        self._subject["args_hash"] = sha256_hex(data)
+        self._subject["args_summary"] = f"[unparsed: {len(data)} bytes]"
 
     def record(
         self,
@@ -94,21 +102,27 @@ class _Trail:
         detail: str | None = None,
     ) -> None:
         now = self._clock.monotonic()
-        self._events.append(
-            self._auditor.event(
-                kind="call",
-                stage=stage,
-                decision=decision,
-                code=code,
-                duration_ms=round((now - self._mark) * 1000, 3),
-                detail=detail,
-                **self._common,
-            ),
-        )
+        self._stages.append((stage, decision, code, detail, now - self._mark, self._clock.now()))
         self._mark = now
 
     def emit(self) -> None:
-        self._auditor.emit(self._events)
+        subject = AuditSubject(**self._subject)
+        event = self._auditor.event
+        self._auditor.emit(
+            [
+                event(
+                    kind="call",
+                    stage=stage,
+                    decision=decision,
+                    subject=subject,
+                    code=code,
+                    duration_ms=round(seconds * 1000, 3),
+                    detail=detail,
+                    at=at,
+                )
+                for stage, decision, code, detail, seconds, at in self._stages
+            ],
+        )
 
 
 class Gate:
@@ -135,10 +149,9 @@ class Gate:
             raise ConfigurationError("timeouts, result limits and concurrency must be positive")
         self._registry = registry
         self._clock = clock or SystemClock()
-        self._auditor = (
-            Auditor(audit, self._clock, new_id=new_id) if new_id else Auditor(audit, self._clock)
-        )
-        self._policy: Policy = policy or AllowAll()
+        self._auditor = Auditor(audit, self._clock, new_id=new_id)
+        # None means the default: the required-permissions check alone.
+        self._policy: Policy | None = policy
         self._limits = limits or ArgumentLimits()
         self._default_timeout = default_timeout
         self._max_result_chars = max_result_chars
@@ -161,73 +174,7 @@ class Gate:
         `timeout` is the whole request's budget in seconds; the tool gets the smaller
         of its own timeout and what is left of that budget.
         """
-        deadline = self._clock.monotonic() + (timeout or self._default_timeout)
-        return await self._handle(call, principal, deadline)
-
-    async def handle_batch(
-        self,
-        calls: Sequence[ToolCall],
-        principal: Principal,
-        *,
-        timeout: float | None = None,
-    ) -> list[Envelope]:
-        """Handle the calls of one model turn; envelopes come back in call order.
-
-        Read-only calls run concurrently (at most `max_concurrency` at once) under one
-        shared deadline; everything else runs afterwards, one at a time, in order. A
-        repeated call id is refused, since results are matched by id.
-        """
-        deadline = self._clock.monotonic() + (timeout or self._default_timeout)
-        results: list[Envelope | None] = [None] * len(calls)
-        seen: set[str] = set()
-        concurrent: list[int] = []
-        serial: list[int] = []
-        for index, call in enumerate(calls):
-            if call.id in seen:
-                results[index] = self._duplicate_id(call)
-                continue
-            seen.add(call.id)
-            found = self._registry.lookup(call.name, principal)
-            (concurrent if found is not None and found.spec.read_only else serial).append(index)
-
-        limit = asyncio.Semaphore(self._max_concurrency)
-
-        async def bounded(index: int) -> None:
-            async with limit:
-                results[index] = await self._handle(calls[index], principal, deadline)
-
-        async with asyncio.TaskGroup() as group:
-            for index in concurrent:
-                group.create_task(bounded(index))
-        for index in serial:
-            results[index] = await self._handle(calls[index], principal, deadline)
-        return [r for r in results if r is not None]
-
-    def handle_sync(
-        self,
-        call: ToolCall,
-        principal: Principal,
-        *,
-        timeout: float | None = None,
-    ) -> Envelope:
-        """`handle` for applications without an event loop."""
-        _require_no_running_loop()
-        return asyncio.run(self.handle(call, principal, timeout=timeout))
-
-    def handle_batch_sync(
-        self,
-        calls: Sequence[ToolCall],
-        principal: Principal,
-        *,
-        timeout: float | None = None,
-    ) -> list[Envelope]:
-        """`handle_batch` for applications without an event loop."""
-        _require_no_running_loop()
-        return asyncio.run(self.handle_batch(calls, principal, timeout=timeout))
-
-    # --- the path of one call ----------------------------------------------------------------
-
-    async def _handle(self, call: ToolCall, principal: Principal, deadline: float) -> Envelope:
+        deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         trail = (
             _Trail(self._auditor, self._clock, call, principal) if self._auditor.enabled else None
         )
@@ -258,19 +205,30 @@ class Gate:
             if trail:
                 trail.record("schema", "pass")
 
-            ctx = ToolContext(
-                principal=principal,
-                call_id=call.id,
-                tool=tool.spec.name,
-                deadline=min(deadline, self._clock.monotonic() + tool.spec.timeout),
-                clock=self._clock,
+            call_deadline = min(deadline, self._clock.monotonic() + tool.spec.timeout)
+            ctx = (
+                ToolContext(
+                    principal=principal,
+                    call_id=call.id,
+                    tool=tool.spec.name,
+                    deadline=call_deadline,
+                    clock=self._clock,
+                )
+                if tool.needs_context
+                else None
             )
-            if tool.validators:
-                await self._within(ctx, "business", check_business_rules(tool, bound, ctx))
+            if tool.validators and ctx is not None:
+                await self._within(
+                    call_deadline,
+                    "business",
+                    check_business_rules(tool, bound, ctx),
+                )
             if trail:
                 trail.record("business", "pass")
 
-            await self._authorize(tool, bound, principal, call)
+            check_permissions(principal, tool.spec)
+            if self._policy is not None:
+                await self._decide(self._policy, tool, bound, principal, call)
             if trail:
                 trail.record("authorization", "pass")
 
@@ -283,7 +241,7 @@ class Gate:
                     detail="writes need the plan/confirm path, which this gate does not run",
                 )
 
-            result = await self._execute(tool, bound, ctx)
+            result = await self._execute(tool, bound, ctx, call_deadline)
             envelope = self._shape(call, tool, result)
             if trail:
                 trail.record("execute", "ok", code=envelope.status.value)
@@ -300,19 +258,93 @@ class Gate:
             envelope = self._failed(call, tool, ErrorCode.FAILED_FINAL, retryable=False)
             if trail:
                 trail.record("gate", "error", code=ErrorCode.FAILED_FINAL, detail=_describe(exc))
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt and the like are not the gate's to swallow,
+            # but the stages this call already passed must still reach the audit log.
+            if trail:
+                trail.record("gate", "aborted", detail=_describe(exc))
+                trail.emit()
+            raise
         if trail:
             trail.emit()
         return envelope
 
-    async def _authorize(
+    async def handle_batch(
         self,
+        calls: Sequence[ToolCall],
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> list[Envelope]:
+        """Handle the calls of one model turn; envelopes come back in call order.
+
+        Read-only calls run concurrently (at most `max_concurrency` at once) under one
+        shared deadline; everything else runs afterwards, one at a time, in order. A
+        repeated call id is refused, since results are matched by id.
+        """
+        deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
+        results: list[Envelope | None] = [None] * len(calls)
+        seen: set[str] = set()
+        concurrent: list[int] = []
+        serial: list[int] = []
+        for index, call in enumerate(calls):
+            if call.id in seen:
+                results[index] = self._duplicate_id(call)
+                continue
+            seen.add(call.id)
+            found = self._registry.lookup(call.name, principal)
+            (concurrent if found is not None and found.spec.read_only else serial).append(index)
+
+        limit = asyncio.Semaphore(self._max_concurrency)
+
+        async def bounded(index: int) -> None:
+            async with limit:
+                results[index] = await self._handle_by(calls[index], principal, deadline)
+
+        async with asyncio.TaskGroup() as group:
+            for index in concurrent:
+                group.create_task(bounded(index))
+        for index in serial:
+            results[index] = await self._handle_by(calls[index], principal, deadline)
+        return [r for r in results if r is not None]
+
+    async def _handle_by(self, call: ToolCall, principal: Principal, deadline: float) -> Envelope:
+        """`handle` under a deadline shared with other calls (on the gate's clock)."""
+        return await self.handle(call, principal, timeout=deadline - self._clock.monotonic())
+
+    def handle_sync(
+        self,
+        call: ToolCall,
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> Envelope:
+        """`handle` for applications without an event loop."""
+        _require_no_running_loop()
+        return asyncio.run(self.handle(call, principal, timeout=timeout))
+
+    def handle_batch_sync(
+        self,
+        calls: Sequence[ToolCall],
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> list[Envelope]:
+        """`handle_batch` for applications without an event loop."""
+        _require_no_running_loop()
+        return asyncio.run(self.handle_batch(calls, principal, timeout=timeout))
+
+    # --- the path of one call ----------------------------------------------------------------
+
+    async def _decide(
+        self,
+        policy: Policy,
         tool: Tool,
         bound: BoundArguments,
         principal: Principal,
         call: ToolCall,
     ) -> None:
-        check_permissions(principal, tool.spec)
-        decision = await self._policy.decide(
+        decision = await policy.decide(
             principal,
             tool.spec.name,
             bound.value,
@@ -322,14 +354,12 @@ class Gate:
         if refusal is not None:
             raise refusal
 
-    async def _within(self, ctx: ToolContext, stage: str, work: Any) -> Any:  # noqa: ANN401
-        remaining = ctx.remaining()
+    async def _within(self, deadline: float, stage: str, work: Coroutine[Any, Any, T]) -> T:
+        """Await `work` until the deadline (on the gate's clock); a TIMEOUT refusal after."""
+        remaining = deadline - self._clock.monotonic()
         try:
-            async with asyncio.timeout(remaining) as scope:
-                return await work
-        except TimeoutError:
-            if not scope.expired():
-                raise
+            return await within(work, remaining)
+        except DeadlineExceededError:
             raise Refusal(
                 ErrorCode.TIMEOUT,
                 "The call ran out of time before it finished. You may retry it once.",
@@ -338,9 +368,15 @@ class Gate:
                 detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
             ) from None
 
-    async def _execute(self, tool: Tool, bound: BoundArguments, ctx: ToolContext) -> object:
+    async def _execute(
+        self,
+        tool: Tool,
+        bound: BoundArguments,
+        ctx: ToolContext | None,
+        deadline: float,
+    ) -> object:
         try:
-            return await self._within(ctx, "execute", tool.invoke(bound, ctx))
+            return await self._within(deadline, "execute", tool.invoke(bound, ctx))
         except Refusal:
             raise
         except ToolSignal as signal:
@@ -369,7 +405,10 @@ class Gate:
     def _shape(self, call: ToolCall, tool: Tool, result: object) -> Envelope:
         try:
             data = pydantic_core.to_jsonable_python(result)
-            size = len(pydantic_core.to_json(data))
+            encoded = pydantic_core.to_json(data)
+            if _has_non_finite(data, encoded):
+                raise ValueError("the result contains NaN or an infinite number")
+            size = len(encoded)
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
             raise Refusal(
                 ErrorCode.FAILED_FINAL,
@@ -390,7 +429,7 @@ class Gate:
                 truncated=True,
                 schema_version=tool.spec.schema_version,
             )
-        if data is None or (isinstance(data, list | dict | str) and not data):
+        if data is None or (isinstance(data, (list, dict, str)) and not data):
             status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
         elif isinstance(data, list):
             status, summary = Status.OK, f"{name} returned {len(data)} item(s)."
@@ -411,12 +450,14 @@ class Gate:
             tool=tool.spec.name if tool else str(call.name)[:_MAX_NAME_IN_AUDIT],
             status=Status.ERROR,
             summary=refusal.summary,
-            error_type=refusal.code,
-            retryable=refusal.retryable,
-            retry_after=refusal.retry_after,
-            field_errors=refusal.field_errors,
-            candidates=refusal.candidates,
             schema_version=tool.spec.schema_version if tool else None,
+            error=ErrorDetail(
+                code=refusal.code,
+                retryable=refusal.retryable,
+                retry_after=refusal.retry_after,
+                field_errors=refusal.field_errors,
+                candidates=refusal.candidates,
+            ),
         )
 
     def _failed(
@@ -445,10 +486,28 @@ class Gate:
         )
 
 
+def _has_non_finite(data: object, encoded: bytes) -> bool:
+    """Whether a serialised result holds NaN or an infinity, which are not JSON.
+
+    They serialise as bare constants; only when such a token appears can there be one,
+    and serialising with them as null then tells a constant from a string's text.
+    """
+    if b"NaN" not in encoded and b"Infinity" not in encoded:
+        return False
+    return encoded != pydantic_core.to_json(data, inf_nan_mode="null")
+
+
 def _describe(exc: BaseException) -> str:
-    """Full text of an exception for the audit log (operators only), bounded."""
+    """Full text of an exception for the audit log (operators only), bounded.
+
+    Both ends are kept: the head names the frames and the exception type, the tail the
+    end of the message, so a huge message cannot push out what the error was.
+    """
     text = "".join(traceback.format_exception(exc))
-    return text[-8000:]
+    if len(text) <= _MAX_DETAIL:
+        return text
+    half = (_MAX_DETAIL - 40) // 2
+    return f"{text[:half]}\n…[{len(text) - 2 * half} characters cut]…\n{text[-half:]}"
 
 
 def _require_no_running_loop() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 
-from handrail.audit import Auditor
-from handrail.clock import SystemClock
+from handrail.audit import Auditor, AuditSink, AuditSubject
+from handrail.clock import Clock, SystemClock
 from handrail.definition import Tool
 from handrail.errors import DuplicateToolError, UnknownToolError
 from handrail.principal import Principal
@@ -33,8 +33,14 @@ def _folded(name: str) -> str:
 class Registry:
     """Tools by full name. Reads are lock-free; writes copy the table under a lock."""
 
-    def __init__(self, *, auditor: Auditor | None = None) -> None:
-        self._auditor = auditor or Auditor(None, SystemClock())
+    def __init__(
+        self,
+        *,
+        audit: AuditSink | None = None,
+        clock: Clock | None = None,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self._auditor = Auditor(audit, clock or SystemClock(), new_id=new_id)
         self._lock = threading.Lock()
         self._tools: MappingProxyType[str, Tool] = MappingProxyType({})
 
@@ -137,9 +143,7 @@ class Registry:
             kind="registry",
             stage=stage,
             decision=decision,
-            tool=spec.name,
-            schema_version=spec.schema_version,
-            user_id=actor,
+            subject=AuditSubject(tool=spec.name, schema_version=spec.schema_version, user_id=actor),
             detail=detail or f"description_version={spec.description_version}",
         )
         self._auditor.emit([event])

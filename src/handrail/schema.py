@@ -11,6 +11,7 @@ import inspect
 import json
 import re
 import typing
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -68,17 +69,31 @@ _MAX_MESSAGE = 160
 
 
 def _normalise(name: str) -> str:
-    return _NORMALISE.sub("", name.lower())
+    # NFKC first, so that full-width or styled letters (U+FF54 for "t") fold to ASCII.
+    return _NORMALISE.sub("", unicodedata.normalize("NFKC", name).casefold())
 
 
 def _property_names(schema: object, path: str = "$") -> Iterator[tuple[str, str]]:
-    """Every (json_path, property name) declared anywhere in a schema."""
+    """Every (json_path, property name) declared or required anywhere in a schema."""
     if isinstance(schema, Mapping):
         props = schema.get("properties")
         if isinstance(props, Mapping):
             for name, sub in props.items():
                 yield f"{path}.{name}", str(name)
                 yield from _property_names(sub, f"{path}.{name}")
+        # A property can be demanded without being declared: `required` alone (with
+        # additional properties allowed) asks the model for it just the same.
+        named: list[object] = []
+        if isinstance(schema.get("required"), list):
+            named.extend(schema["required"])
+        for keyword in ("dependentRequired", "dependentSchemas"):
+            dependent = schema.get(keyword)
+            if isinstance(dependent, Mapping):
+                named.extend(dependent)
+                if keyword == "dependentRequired":
+                    named.extend(n for ns in dependent.values() if isinstance(ns, list) for n in ns)
+        for name in named:
+            yield f"{path}.{name}", str(name)
         for key, sub in schema.items():
             if key != "properties":
                 yield from _property_names(sub, path)
@@ -94,7 +109,7 @@ def check_identity_parameters(tool_name: str, schema: Mapping[str, Any]) -> None
     from the authenticated Principal and never seen by the model.
     """
     offending = sorted(
-        path for path, name in _property_names(schema) if _normalise(name) in _IDENTITY_NAMES
+        {path for path, name in _property_names(schema) if _normalise(name) in _IDENTITY_NAMES},
     )
     if offending:
         raise IdentityParameterError(
@@ -127,6 +142,38 @@ def _clip(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 1] + "…"
 
 
+_Kind = jsonschema_rs.ValidationErrorKind
+
+
+def _is_type_mismatch(branch: list[jsonschema_rs.ValidationError], path: list[str | int]) -> bool:
+    return (
+        len(branch) == 1
+        and isinstance(branch[0].kind, _Kind.Type)
+        and list(branch[0].instance_path) == path
+    )
+
+
+def _collect(error: jsonschema_rs.ValidationError, found: dict[str, str]) -> None:
+    """Add one error as {json_path: message}, pointing at the field that is wrong."""
+    base = list(error.instance_path)
+    kind = error.kind
+    if isinstance(kind, _Kind.AnyOf | _Kind.OneOfNotValid):
+        # `Optional[Model]` becomes anyOf [Model, null]: when only one branch has the
+        # right type, its errors say what is wrong far better than "no branch matched".
+        branches = [b for b in kind.context if not _is_type_mismatch(b, base)]
+        if len(branches) == 1 and branches[0]:
+            for sub in branches[0]:
+                _collect(sub, found)
+            return
+    if isinstance(kind, _Kind.Required):
+        found.setdefault(json_path([*base, str(kind.property)]), "is required")
+    elif isinstance(kind, _Kind.AdditionalProperties):
+        for name in kind.unexpected[:_MAX_FIELD_ERRORS]:
+            found.setdefault(json_path([*base, str(name)]), "is not allowed")
+    else:
+        found.setdefault(json_path(base), _clip(error.message))
+
+
 class ArgumentValidator:
     """A compiled Draft 2020-12 validator returning field errors as {json_path: message}.
 
@@ -139,24 +186,16 @@ class ArgumentValidator:
         self._validator = validator
 
     def errors(self, instance: object) -> dict[str, str]:
-        """Field errors, empty when the instance is valid; at most 20 are reported."""
+        """Field errors by path, empty when the instance is valid; at most 20, sorted."""
         if self._validator.is_valid(instance):
             return {}
         found: dict[str, str] = {}
         for error in self._validator.iter_errors(instance):
-            base = list(error.instance_path)
-            kind = error.kind
-            # Name the missing or unexpected property itself, not its parent object.
-            if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
-                found.setdefault(json_path([*base, str(kind.property)]), "is required")
-            elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
-                for name in kind.unexpected[:_MAX_FIELD_ERRORS]:
-                    found.setdefault(json_path([*base, str(name)]), "is not allowed")
-            else:
-                found.setdefault(json_path(base), _clip(error.message))
+            _collect(error, found)
             if len(found) >= _MAX_FIELD_ERRORS:
                 break
-        return dict(list(found.items())[:_MAX_FIELD_ERRORS])
+        # Sorted, so that the same mistake always reads the same way.
+        return dict(sorted(found.items())[:_MAX_FIELD_ERRORS])
 
 
 def compile_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
@@ -276,6 +315,12 @@ def derive_signature(fn: Callable[..., Any], tool_name: str) -> DerivedSignature
         if marker is not None:
             trusted[name] = marker
             continue
+        bare = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+        if bare is Any or bare is object:
+            raise SignatureError(
+                f"tool {tool_name!r}: parameter {name!r} is typed {bare!r}, which tells the "
+                f"model nothing; give it a concrete type",
+            )
         if name.startswith("_"):
             raise SignatureError(f"tool {tool_name!r}: parameter {name!r} starts with '_'")
         default = ... if param.default is param.empty else param.default

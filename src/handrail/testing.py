@@ -21,6 +21,7 @@ __all__ = [
     "MemoryStore",
     "ModelTurn",
     "ScriptExhaustedError",
+    "ScriptStep",
     "ScriptedModel",
     "sequential_ids",
 ]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import ErrorCode, Refusal, ToolSignal
+from handrail.schema import json_path
 
 if TYPE_CHECKING:
     from handrail.context import ToolContext
@@ -23,6 +25,12 @@ __all__ = ["ArgumentLimits", "check_business_rules", "parse_arguments", "validat
 
 # I-JSON (RFC 7493): integers beyond this lose precision in most JSON consumers.
 _SAFE_INTEGER = 2**53 - 1
+# A lone surrogate is not a Unicode scalar value: it cannot be written as UTF-8, so it
+# would break every store, log and wire format downstream (I-JSON forbids it too).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Sixteen digits in a row can spell an integer beyond the safe range, and a three-digit
+# exponent a float that overflows to infinity.
+_RISKY_NUMBER = re.compile(r"\d{16}|[eE][+-]?\d{3}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,9 +59,21 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+class _ConstantError(ValueError):
+    pass
+
+
 def _reject_constant(name: str) -> Any:  # noqa: ANN401 - json's hook signature
     msg = f"{name} is not valid JSON"
-    raise ValueError(msg)
+    raise _ConstantError(msg)
+
+
+# Built once: json.loads with hooks would build a new decoder on every call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+
+
+def _is_text(value: str) -> bool:
+    return value.isascii() or _SURROGATE.search(value) is None
 
 
 def _syntax(reason: str) -> Refusal:
@@ -63,6 +83,53 @@ def _syntax(reason: str) -> Refusal:
         stage="syntax",
         retryable=True,
         field_errors={"$": reason},
+    )
+
+
+_EXACT_KIND: dict[type, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "constant",
+    type(None): "constant",
+    dict: "object",
+    list: "array",
+}
+
+
+def _kind(node: object) -> str:
+    """The JSON kind of a decoded value; exact types first, since this runs per value."""
+    kind = _EXACT_KIND.get(type(node))
+    if kind is not None:
+        return kind
+    if isinstance(node, bool):
+        return "constant"
+    for cls, name in ((str, "string"), (int, "integer"), (float, "number")):
+        if isinstance(node, cls):
+            return name
+    if isinstance(node, Mapping):
+        return "object"
+    if isinstance(node, list | tuple):
+        return "array"
+    raise _syntax(f"a value of type {type(node).__name__} is not JSON")
+
+
+def _text_within_limits(text: str, limits: ArgumentLimits) -> bool:
+    """True when the JSON text alone proves the decoded value passes `_check_shape`.
+
+    Scans at C speed instead of walking the value in Python. Every count over-estimates
+    (brackets and digits inside strings count too), so a True is always right and a
+    False only means the walk must decide. Nesting depth is at most the number of
+    containers; each value but the root follows a ',', ':' or '['; an unsafe integer
+    needs 16 digits and an infinite float a long exponent; a lone surrogate needs a
+    unicode escape or a raw surrogate character.
+    """
+    return (
+        text.count("{") + text.count("[") <= limits.max_depth
+        and 1 + text.count(",") + text.count(":") + text.count("[") <= limits.max_items
+        and "\\u" not in text
+        and (text.isascii() or _SURROGATE.search(text) is None)
+        and _RISKY_NUMBER.search(text) is None
     )
 
 
@@ -79,32 +146,45 @@ def _check_shape(value: object, limits: ArgumentLimits) -> int:
         items += 1
         if items > limits.max_items:
             raise _syntax(f"more than {limits.max_items} values")
-        if isinstance(node, str):
-            size += len(node) + 2
-        elif isinstance(node, bool) or node is None:
-            size += 4
-        elif isinstance(node, int):
-            if not -_SAFE_INTEGER <= node <= _SAFE_INTEGER:
-                raise _syntax("an integer is outside the safe range of ±(2**53 - 1)")
-            size += 8
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                raise _syntax("NaN and infinite numbers are not valid JSON")
-            size += 8
-        elif isinstance(node, Mapping | list | tuple):
+        kind = _kind(node)
+        if kind == "string":
+            if not _is_text(node):  # type: ignore[arg-type]
+                raise _syntax("a string contains a lone surrogate, which is not Unicode text")
+            size += len(node) + 2  # type: ignore[arg-type]
+        elif kind == "object" or kind == "array":  # noqa: PLR1714 - cheaper than a set here
             if depth > limits.max_depth:
                 raise _syntax(f"nesting is deeper than {limits.max_depth} levels")
-            if isinstance(node, Mapping):
-                for key, child in node.items():
-                    if not isinstance(key, str):
-                        raise _syntax("object keys must be strings")
-                    size += len(key) + 4
-                    stack.append((child, depth + 1))
-            else:
-                stack.extend((child, depth + 1) for child in node)
+            if kind == "array":
+                stack.extend((child, depth + 1) for child in node)  # type: ignore[attr-defined]
+                continue
+            for key, child in node.items():  # type: ignore[attr-defined]
+                if type(key) is not str and not isinstance(key, str):
+                    raise _syntax("object keys must be strings")
+                if not _is_text(key):
+                    raise _syntax("a key contains a lone surrogate, which is not Unicode text")
+                size += len(key) + 4
+                stack.append((child, depth + 1))
+        elif kind == "integer":
+            if not -_SAFE_INTEGER <= node <= _SAFE_INTEGER:  # type: ignore[operator]
+                raise _syntax("an integer is outside the safe range of ±(2**53 - 1)")
+            size += 8
+        elif kind == "number":
+            if not math.isfinite(node):  # type: ignore[arg-type]
+                raise _syntax("NaN and infinite numbers are not valid JSON")
+            size += 8
         else:
-            raise _syntax(f"a value of type {type(node).__name__} is not JSON")
+            size += 4
     return size
+
+
+def _checked_text(raw: str, limits: ArgumentLimits) -> str:
+    # Each character is at least one byte, so only long strings need encoding.
+    if len(raw) > limits.max_bytes or (
+        len(raw) * 4 > limits.max_bytes
+        and len(raw.encode("utf-8", "surrogatepass")) > limits.max_bytes
+    ):
+        raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
+    return raw
 
 
 def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
@@ -112,15 +192,17 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
 
     Accepts JSON text (str or UTF-8 bytes), an already decoded mapping, or nothing
     (an empty object). Refuses non-objects, duplicate keys, NaN and infinities,
-    invalid UTF-8, oversized, too deep or too numerous input.
+    invalid UTF-8, lone surrogates, oversized, too deep or too numerous input.
     """
-    if raw is None:
+    if type(raw) is str:  # the common case first: most providers send JSON text
+        text = _checked_text(raw, limits)
+    elif raw is None:
         return {}
-    if isinstance(raw, Mapping):
+    elif isinstance(raw, Mapping):
         if _check_shape(raw, limits) > limits.max_bytes:
             raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
         return dict(raw)
-    if isinstance(raw, bytes | bytearray | memoryview):
+    elif isinstance(raw, bytes | bytearray | memoryview):
         if len(raw) > limits.max_bytes:
             raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
         try:
@@ -128,37 +210,40 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise _syntax("the arguments are not valid UTF-8") from None
     elif isinstance(raw, str):
-        # Each character is at least one byte, so only long strings need encoding.
-        if len(raw) > limits.max_bytes or (
-            len(raw) * 4 > limits.max_bytes
-            and len(raw.encode("utf-8", "surrogatepass")) > limits.max_bytes
-        ):
-            raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
-        text = raw
+        text = _checked_text(raw, limits)
     else:
         raise _syntax(f"arguments of type {type(raw).__name__} are not JSON")
-    if not text.strip():
+    if not text or text.isspace():
         return {}
     try:
-        value = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+        value = _DECODER.decode(text)
     except _DuplicateKeyError as exc:
         raise _syntax(f"the key {exc.key[:64]!r} appears more than once") from None
     except RecursionError:
         raise _syntax(f"nesting is deeper than {limits.max_depth} levels") from None
-    except ValueError as exc:
-        # JSONDecodeError, the integer-digits limit, NaN/Infinity; the message names
-        # only a position, never the input.
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise _syntax(f"invalid JSON ({reason[:120]})") from None
+    except _ConstantError as exc:
+        raise _syntax(str(exc)) from None
+    except json.JSONDecodeError as exc:
+        # The decoder's message names only a position, never the input.
+        raise _syntax(f"invalid JSON ({exc.msg[:120]})") from None
+    except ValueError:
+        # Python's integer-digits limit; its text advises a Python API, so say it ourselves.
+        raise _syntax("a number literal has too many digits") from None
     if not isinstance(value, dict):
         raise _syntax(f"expected a JSON object, got {type(value).__name__}")
-    _check_shape(value, limits)
+    if not _text_within_limits(text, limits):
+        _check_shape(value, limits)
     return value
 
 
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> BoundArguments:
     """Stage 2: check the arguments against the tool's schema; build typed arguments."""
+    # A trusted parameter is filled from the Principal; a model that supplies one is
+    # refused, even where a raw schema would let an unknown property through.
     errors = tool.schema_errors(arguments)
+    for name in tool.spec.trusted:
+        if name in arguments:
+            errors.setdefault(json_path([name]), "is not allowed")
     if errors:
         raise Refusal(
             ErrorCode.INVALID_ARGUMENTS,

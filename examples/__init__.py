@@ -1,0 +1,1 @@
+"""Runnable examples of Handrail, importable as `examples.*` from the repository root."""

@@ -1,0 +1,33 @@
+"""The `handrail` command: an application's tools, their definitions, the audit, a demo.
+
+A thin layer over the registry, the adapters and the store: it loads an application,
+builds the operator's view principal and prints. Tool lists and exports show only what
+`Registry.exposed` gives that principal. It never runs a tool, except in `demo`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from handrail.cli._audit import audit_app
+from handrail.cli._common import CliError, load_registry, operator_principal
+from handrail.cli._demo import demo
+from handrail.cli._tools import spec_document, tools_app
+
+__all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
+
+app = typer.Typer(
+    name="handrail",
+    help="Handrail: inspect an application's tools, export their definitions, read the audit.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(tools_app, name="tools")
+app.add_typer(audit_app, name="audit")
+app.command("demo")(demo)
+
+
+def main() -> None:
+    """Entry point of the `handrail` command."""
+    app()

@@ -1,0 +1,156 @@
+"""`handrail tools`: what an application exposes to a principal, and its definitions.
+
+Lists, specs and exports come from `Registry.exposed(principal)` only, so forbidden
+(L4) and disabled tools never appear, whatever the options.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from handrail.adapters import DefinitionFormat, exposed_definitions, from_wire_name, to_wire_name
+from handrail.adapters.json_schema import tool_definition
+from handrail.cli._common import (
+    DEFAULT_APP,
+    OPERATOR_TENANT,
+    OPERATOR_USER,
+    AppOption,
+    CliError,
+    PermissionOption,
+    ScenarioOption,
+    TenantOption,
+    UserOption,
+    console_for_output,
+    exposed,
+    folding_table,
+    load_registry,
+    one_line_errors,
+    operator_principal,
+    who,
+)
+from handrail.spec import ToolSpec
+
+__all__ = ["spec_document", "tools_app"]
+
+tools_app = typer.Typer(help="The tools exposed to a principal.", no_args_is_help=True)
+
+
+@tools_app.command("list")
+@one_line_errors
+def list_tools(
+    *,
+    app_target: AppOption = DEFAULT_APP,
+    tenant: TenantOption = OPERATOR_TENANT,
+    user: UserOption = OPERATOR_USER,
+    permission: PermissionOption = None,
+    scenario: ScenarioOption = None,
+) -> None:
+    """List the tools exposed to the principal: name, risk, side effect, permissions."""
+    principal, specs = exposed(
+        app_target, tenant=tenant, user=user, permissions=permission, scenario=scenario
+    )
+    table = folding_table(
+        "name",
+        "risk",
+        "side effect",
+        "permissions",
+        "schema_version",
+        caption=(
+            f"{len(specs)} tool(s) exposed to {who(principal)} holding "
+            f"{', '.join(sorted(principal.permissions)) or 'no permissions'}; "
+            f"forbidden and disabled tools are never listed"
+        ),
+    )
+    for spec in specs:
+        table.add_row(
+            spec.name,
+            spec.risk.name,
+            spec.side_effect.value,
+            ", ".join(sorted(spec.permissions)) or "-",
+            spec.schema_version,
+        )
+    console_for_output().print(table)
+
+
+def spec_document(spec: ToolSpec) -> dict[str, Any]:
+    """Everything a spec declares, as JSON, with the model-facing schema last."""
+    neutral = tool_definition(spec)
+    schema = neutral.pop("input_schema")
+    return {
+        **neutral,
+        "wire_name": to_wire_name(spec.name),
+        "timeout": spec.timeout,
+        "owner": spec.owner,
+        "enabled_tenants": None if spec.enabled_tenants is None else sorted(spec.enabled_tenants),
+        "scenarios": sorted(spec.scenarios),
+        "trusted_parameters": {name: mark.attribute for name, mark in spec.trusted.items()},
+        "retry": {
+            "max_attempts": spec.retry.max_attempts,
+            "initial_backoff": spec.retry.initial_backoff,
+            "max_backoff": spec.retry.max_backoff,
+            "transient": [kind.__name__ for kind in spec.retry.transient],
+        },
+        "idempotency": spec.idempotency.mode.value,
+        "confirmation": {
+            "mode": spec.confirmation.mode.value,
+            "approver_permission": spec.confirmation.approver_permission,
+            "distinct_approvers": spec.confirmation.distinct_approvers,
+            "ttl_seconds": spec.confirmation.ttl_seconds,
+        },
+        "hints": {
+            "read_only": spec.hints.read_only,
+            "destructive": spec.hints.destructive,
+            "idempotent": spec.hints.idempotent,
+            "open_world": spec.hints.open_world,
+        },
+        "input_schema": schema,
+    }
+
+
+@tools_app.command("show")
+@one_line_errors
+def show_tool(
+    *,
+    name: Annotated[str, typer.Argument(help="Full tool name, or its provider wire name.")],
+    app_target: AppOption = DEFAULT_APP,
+    tenant: TenantOption = OPERATOR_TENANT,
+    user: UserOption = OPERATOR_USER,
+    permission: PermissionOption = None,
+    scenario: ScenarioOption = None,
+) -> None:
+    """Print one exposed tool's full spec, schema included, as JSON."""
+    principal, specs = exposed(
+        app_target, tenant=tenant, user=user, permissions=permission, scenario=scenario
+    )
+    wanted = {name, from_wire_name(name)}
+    spec = next((s for s in specs if s.name in wanted), None)
+    if spec is None:
+        raise CliError(
+            f"no tool {name!r} is exposed to {who(principal)}: it is not registered, or it "
+            f"is disabled, forbidden, or needs permissions the principal lacks",
+        )
+    typer.echo(json.dumps(spec_document(spec), indent=2, ensure_ascii=False))
+
+
+@tools_app.command("export")
+@one_line_errors
+def export_tools(
+    *,
+    fmt: Annotated[
+        DefinitionFormat,
+        typer.Option("--format", "-f", help="The wire format of the definitions."),
+    ],
+    app_target: AppOption = DEFAULT_APP,
+    tenant: TenantOption = OPERATOR_TENANT,
+    user: UserOption = OPERATOR_USER,
+    permission: PermissionOption = None,
+    scenario: ScenarioOption = None,
+) -> None:
+    """Print the tool definitions exposed to the principal as JSON, ready for a request."""
+    registry = load_registry(app_target)
+    principal = operator_principal(registry, tenant=tenant, user=user, permissions=permission)
+    definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
+    typer.echo(json.dumps(definitions, indent=2, ensure_ascii=False))

@@ -1,0 +1,69 @@
+"""Keeps bench/gate_overhead.py from rotting: one tiny round of every path, no timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gate_overhead.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("gate_overhead", _SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def _run(bench: ModuleType, tmp_path: Path, *extra: str) -> dict[str, object]:
+    out = tmp_path / "result.json"
+    args = ["--rounds", "1", "--calls", "3", "--warmup", "1", "--json", str(out), *extra]
+    assert bench.main(args) == 0
+    payload: dict[str, object] = json.loads(out.read_text())
+    return payload
+
+
+def test_every_handrail_path_is_checked_measured_and_reported(
+    bench: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    payload = _run(bench, tmp_path)
+    results = payload["results"]
+    assert isinstance(results, dict)
+    assert set(results) == {
+        "baseline",
+        "baseline_sync",
+        "handrail",
+        "handrail_memory",
+        "handrail_sqlite",
+        "handrail_sync",
+    }
+    assert all(len(r["rounds_us"]) == 1 for r in results.values())
+    assert "Handrail (audit off) / baseline" in capsys.readouterr().out
+
+
+def test_every_peer_path_still_validates_and_calls_its_tool(
+    bench: ModuleType,
+    tmp_path: Path,
+) -> None:
+    for module in ("agents", "pydantic_ai", "langchain_core", "mcp"):
+        pytest.importorskip(module)
+    payload = _run(bench, tmp_path, "--peers")
+    results = payload["results"]
+    assert isinstance(results, dict)
+    assert {"openai_agents", "pydantic_ai", "langchain", "mcp"} <= set(results)
+    assert payload["notes"] == []

@@ -1,0 +1,144 @@
+"""Every Store implementation passes the same contract."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from handrail.audit import AuditEvent, AuditSubject
+from handrail.errors import StoreError
+from handrail.store import MemoryStore, SqliteStore, Store
+from handrail.store._tables import metadata
+
+
+def _event(n: int, *, tenant: str = "t1", call: str | None = None) -> AuditEvent:
+    return AuditEvent(
+        event_id=f"ev-{n}",
+        at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=n),
+        kind="call",
+        stage="lookup",
+        decision="pass",
+        subject=AuditSubject(
+            tenant_id=tenant,
+            tool_call_id=call,
+            tool="shop.search",
+            request_id="r",
+            schema_version="v1",
+            args_hash="h",
+            args_summary="{}",
+            user_id="u",
+        ),
+        duration_ms=0.5,
+        code="OK",
+        detail="d",
+    )
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made: Store = (
+        MemoryStore() if request.param == "memory" else SqliteStore.open(tmp_path / "h.db")
+    )
+    yield made
+    made.close()
+
+
+def test_appended_events_read_back_oldest_first_with_aware_timestamps(store: Store) -> None:
+    store.append_audit([_event(1), _event(2), _event(3)])
+    events = store.read_audit(limit=10)
+    assert [e.event_id for e in events] == ["ev-1", "ev-2", "ev-3"]
+    assert events[0] == _event(1)
+    assert all(e.at.tzinfo is not None for e in events)
+
+
+def test_read_audit_returns_the_newest_events_up_to_the_limit(store: Store) -> None:
+    store.append_audit([_event(n) for n in range(10)])
+    assert [e.event_id for e in store.read_audit(limit=3)] == ["ev-7", "ev-8", "ev-9"]
+    assert store.read_audit(limit=0) == []
+
+
+def test_read_audit_filters_by_tenant_and_by_call(store: Store) -> None:
+    store.append_audit(
+        [_event(1, tenant="t1", call="a"), _event(2, tenant="t2", call="b"), _event(3, call="a")],
+    )
+    assert [e.event_id for e in store.read_audit(tenant_id="t2")] == ["ev-2"]
+    assert [e.event_id for e in store.read_audit(tool_call_id="a")] == ["ev-1", "ev-3"]
+
+
+def test_appending_nothing_is_a_no_op(store: Store) -> None:
+    store.append_audit([])
+    assert store.read_audit() == []
+
+
+def test_concurrent_batches_are_all_written(store: Store) -> None:
+    def write(base: int) -> None:
+        store.append_audit([_event(base + i) for i in range(50)])
+
+    threads = [threading.Thread(target=write, args=(k * 1000,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(store.read_audit(limit=1000)) == 200
+
+
+def test_migrate_is_idempotent(store: Store) -> None:
+    store.migrate()
+    store.migrate()
+    store.append_audit([_event(1)])
+    assert len(store.read_audit()) == 1
+
+
+def test_sqlite_store_runs_in_wal_mode_and_survives_reopening(tmp_path: Path) -> None:
+    first = SqliteStore.open(tmp_path / "nested" / "h.db")
+    assert first.journal_mode() == "wal"
+    first.append_audit([_event(1)])
+    first.close()
+    again = SqliteStore.open(tmp_path / "nested" / "h.db")
+    assert [e.event_id for e in again.read_audit()] == ["ev-1"]
+    again.close()
+
+
+def test_sqlite_migrations_create_exactly_the_declared_tables(tmp_path: Path) -> None:
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
+    from alembic.migration import MigrationContext  # noqa: PLC0415
+
+    store = SqliteStore.open(tmp_path / "h.db")
+    with store.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), metadata)
+    store.close()
+    assert diff == []
+
+
+def test_a_duplicate_event_id_is_a_store_error_and_writes_nothing(tmp_path: Path) -> None:
+    store = SqliteStore.open(tmp_path / "h.db")
+    store.append_audit([_event(1)])
+    with pytest.raises(StoreError):
+        store.append_audit([_event(2), _event(1)])
+    assert [e.event_id for e in store.read_audit()] == ["ev-1"]
+    store.close()
+
+
+def test_an_unusable_database_is_a_store_error(tmp_path: Path) -> None:
+    store = SqliteStore.open(tmp_path / "h.db", migrate=False)
+    with pytest.raises(StoreError):
+        store.append_audit([_event(1)])
+    with pytest.raises(StoreError):
+        store.read_audit()
+    store.close()
+
+
+def test_a_failed_migration_is_a_store_error(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite+pysqlite:///{tmp_path / 'h.db'}")
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE audit_events (x INTEGER)")
+    from handrail.store.sql import SqlStore  # noqa: PLC0415
+
+    with pytest.raises(StoreError):
+        SqlStore(engine).migrate()
+    engine.dispose()

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+
+from handrail import Principal, Registry, RiskLevel, Tool, tool
+from handrail.errors import DuplicateToolError, UnknownToolError
+from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
+
+
+def _read(name: str, **options: object) -> Tool:
+    @tool(risk=RiskLevel.L0_PUBLIC_READ, name=name, **options)  # type: ignore[arg-type]
+    async def read() -> None:
+        """Read nothing."""
+
+    return read
+
+
+def _registry() -> tuple[Registry, MemoryAuditSink]:
+    sink = MemoryAuditSink()
+    return Registry(audit=sink, clock=FixedClock(), new_id=sequential_ids()), sink
+
+
+def test_registering_and_deregistering_are_audited_with_the_actor() -> None:
+    registry, sink = _registry()
+    spec = registry.register(_read("shop.a"), actor="ops@example")
+    registry.deregister("shop.a", actor="ops@example")
+    assert [(e.stage, e.decision, e.tool, e.user_id) for e in sink.events] == [
+        ("register", "accepted", "shop.a", "ops@example"),
+        ("deregister", "removed", "shop.a", "ops@example"),
+    ]
+    assert sink.events[0].schema_version == spec.schema_version
+    assert "shop.a" not in registry
+
+
+@pytest.mark.parametrize("clash", ["shop.a", "Shop.A", "shop_a", "shop-a"])
+def test_a_name_that_equals_or_folds_to_a_registered_one_is_refused_and_audited(
+    clash: str,
+) -> None:
+    registry, sink = _registry()
+    registry.register(_read("shop.a"))
+    with pytest.raises(DuplicateToolError):
+        registry.register(_read(clash))
+    assert sink.events[-1].decision == "refused"
+    assert len(registry) == 1
+
+
+def test_only_tools_can_be_registered() -> None:
+    registry, _ = _registry()
+    with pytest.raises(TypeError):
+        registry.register(lambda: None)  # type: ignore[arg-type]
+
+
+def test_unknown_names_raise_unknown_tool_error() -> None:
+    registry, _ = _registry()
+    with pytest.raises(UnknownToolError):
+        registry.get("x")
+    with pytest.raises(UnknownToolError):
+        registry.deregister("x")
+
+
+def test_exposure_filters_by_tenant_permission_scenario_and_risk() -> None:
+    registry, _ = _registry()
+    registry.register(_read("shop.public"))
+    registry.register(_read("shop.staff", permissions={"staff"}))
+    registry.register(_read("shop.acme", enabled_tenants={"acme"}))
+    registry.register(_read("shop.returns", scenarios={"returns"}))
+    registry.register(_forbidden())
+    alice = Principal(user_id="alice", tenant_id="acme")
+    staff = Principal(user_id="s", tenant_id="other", permissions=frozenset({"staff"}))
+    assert [s.name for s in registry.exposed(alice)] == ["shop.acme", "shop.public", "shop.returns"]
+    assert [s.name for s in registry.exposed(alice, scenario="support")] == [
+        "shop.acme",
+        "shop.public",
+    ]
+    assert [s.name for s in registry.exposed(staff)] == [
+        "shop.public",
+        "shop.returns",
+        "shop.staff",
+    ]
+    assert registry.lookup("shop.acme", staff) is None
+    assert registry.lookup("shop.nuke", alice) is None
+    assert registry.lookup("shop.staff", alice) is not None
+
+
+def _forbidden() -> Tool:
+    @tool(risk=RiskLevel.L4_FORBIDDEN, name="shop.nuke")
+    async def nuke() -> None:
+        """Forbidden."""
+
+    return nuke
+
+
+def test_namespaces_list_their_tools_and_iteration_is_sorted() -> None:
+    registry, _ = _registry()
+    for name in ("b.x", "a.y", "a.x", "ab.z"):
+        registry.register(_read(name))
+    assert [s.name for s in registry.in_namespace("a")] == ["a.x", "a.y"]
+    assert list(registry) == ["a.x", "a.y", "ab.z", "b.x"]
+    assert [s.name for s in registry.specs()] == list(registry)
+    assert registry.get("a.x").spec.namespace == "a"
+    assert registry.get("a.x").name == "a.x"
