@@ -1,17 +1,17 @@
-# Every target bootstraps what it needs: a pinned uv in .tools/, the locked
-# environment in .venv/. On a fresh machine `make demo` and `make test` are all
-# the set-up there is.
+# Every target bootstraps what it needs: a pinned uv in .tools/, then the locked
+# environment (requirements/*.txt, exact versions with hashes) in .venv/. On a
+# fresh machine `make demo` and `make test` are all the set-up there is.
+# `make lock` re-resolves the lock files from pyproject.toml.
 
 PYTHON ?= python3
 UV_VERSION := 0.13.8
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
-export UV_PROJECT_ENVIRONMENT := $(VENV)
+LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
-export UV_PYTHON := $(PYTHON)
 
-.PHONY: help demo test lint typecheck check bench bench-peers clean
+.PHONY: help demo test lint typecheck check bench bench-peers lock clean
 
 help:
 	@echo "make demo       run the bookstore demo on the embedded SQLite store"
@@ -24,13 +24,26 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen
+# $(1): the lock file to install exactly (extraneous packages are removed).
+define sync
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) pip sync --quiet --python $(VENV)/bin/python $(1)
+	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+endef
+
+$(VENV)/.synced: $(UV) pyproject.toml requirements/dev.txt
+	$(call sync,requirements/dev.txt)
+	@rm -f $(VENV)/.synced-bench
 	@touch $@
 
-$(VENV)/.synced-bench: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --group bench
-	@touch $@ $(VENV)/.synced
+$(VENV)/.synced-bench: $(UV) pyproject.toml requirements/bench.txt
+	$(call sync,requirements/bench.txt)
+	@rm -f $(VENV)/.synced
+	@touch $@
+
+lock: $(UV)
+	$(UV) pip compile pyproject.toml --group dev $(LOCK_FLAGS) -o requirements/dev.txt
+	$(UV) pip compile pyproject.toml --group dev --group bench $(LOCK_FLAGS) -o requirements/bench.txt
 
 demo: $(VENV)/.synced
 	$(VENV)/bin/handrail demo
@@ -52,7 +65,6 @@ bench: $(VENV)/.synced
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers
-	@rm -f $(VENV)/.synced
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .handrail .pytest_cache .mypy_cache .ruff_cache .coverage
