@@ -8,7 +8,6 @@ never decides whether it may run; the gate does.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -201,9 +200,26 @@ class Tool:
         )
 
 
+class WorkerAbortedError(Exception):
+    """A sync tool raised SystemExit or another BaseException in its worker thread.
+
+    In a worker thread such an exception would end only that thread; re-raised on the
+    event loop it would stop the whole service. It is a failure of the tool instead.
+    """
+
+
+def _guarded(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise WorkerAbortedError(type(exc).__name__) from exc
+
+
 async def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> object:  # noqa: ANN401
     # Run sync code off the event loop; contextvars are copied like asyncio.to_thread.
-    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+    return await asyncio.to_thread(_guarded, fn, args, kwargs)
 
 
 def _build_spec(

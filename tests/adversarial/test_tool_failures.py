@@ -272,19 +272,17 @@ ESCAPES: list[tuple[str, Callable[[], BaseException]]] = [
 ]
 
 
-@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 @pytest.mark.parametrize("make", [m for _, m in ESCAPES], ids=[n for n, _ in ESCAPES])
-def test_a_base_exception_from_a_tool_propagates_and_its_trail_is_still_audited(
+def test_a_base_exception_from_an_async_tool_propagates_and_its_trail_is_still_audited(
     principal: Principal,
     make: Callable[[], BaseException],
-    sync: bool,
 ) -> None:
     # Only Exception is the gate's boundary (and CancelledError, which it records and
-    # re-raises). SystemExit, KeyboardInterrupt and other BaseExceptions are the host's
-    # to handle, even when a sync tool raised them in a worker thread; the gate does
-    # not turn them into envelopes, but the stages the call passed stay on record.
+    # re-raises). SystemExit, KeyboardInterrupt and other BaseExceptions raised on the
+    # event loop are the host's to handle; the gate does not turn them into envelopes,
+    # but the stages the call passed stay on record.
     raised = make()
-    broken = _raiser(raised, sync=sync)
+    broken = _raiser(raised, sync=False)
     registry = Registry()
     registry.register(broken)
     audit = MemoryAuditSink()
@@ -305,3 +303,28 @@ def test_a_base_exception_from_a_tool_propagates_and_its_trail_is_still_audited(
     detail = audit.for_call("c")[-1].detail
     assert detail is not None
     assert type(raised).__name__ in detail
+
+
+@pytest.mark.parametrize("make", [m for _, m in ESCAPES], ids=[n for n, _ in ESCAPES])
+def test_a_base_exception_from_a_sync_tool_in_its_thread_is_a_failure_not_a_shutdown(
+    principal: Principal,
+    make: Callable[[], BaseException],
+) -> None:
+    # In a worker thread, SystemExit would end only that thread; re-raised on the event
+    # loop it would stop the service. It is the tool's failure, with nothing leaked.
+    raised = make()
+    broken = _raiser(raised, sync=True)
+    registry = Registry()
+    registry.register(broken)
+    audit = MemoryAuditSink()
+    gate = Gate(registry, audit=audit)
+
+    call = ToolCall(id="c", name=broken.name, arguments=None)
+    envelope = gate.handle_sync(call, principal)
+
+    assert envelope.error_type is ErrorCode.FAILED_FINAL
+    assert SECRET not in envelope.to_json()
+    last = audit.for_call("c")[-1]
+    assert (last.stage, last.code) == ("execute", ErrorCode.FAILED_FINAL)
+    assert last.detail is not None
+    assert type(raised).__name__ in last.detail

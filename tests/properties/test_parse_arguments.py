@@ -8,9 +8,10 @@ limits are kept out of reach here), and then as text, bytes or decoded object al
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from handrail.errors import ErrorCode, Refusal
@@ -137,3 +138,58 @@ def test_the_depth_limit_is_inclusive(max_depth: int) -> None:
     over = {"v": _nest(1, max_depth, as_list=True)}
     assert _refusal_code(over, limits) is ErrorCode.INVALID_ARGUMENTS
     assert _refusal_code(json.dumps(over), limits) is ErrorCode.INVALID_ARGUMENTS
+
+
+# --- the text pre-scan that can skip the walk ------------------------------------------------
+
+RISKY_SCALARS = st.one_of(
+    st.sampled_from(["\ud800", "a\udfffb", "{[,:", "1" * 20, "9e999"]),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    JSON_SCALARS,
+)
+RISKY_VALUES = st.recursive(
+    RISKY_SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+TEXT_LIMITS = st.builds(
+    ArgumentLimits,
+    max_bytes=st.just(1 << 22),
+    max_depth=st.integers(min_value=1, max_value=16),
+    max_items=st.integers(min_value=1, max_value=200),
+)
+
+
+_WIDE = ArgumentLimits(max_bytes=1 << 22, max_depth=16, max_items=200)
+
+
+@settings(max_examples=600)
+@given(
+    obj=st.dictionaries(st.text(max_size=6), RISKY_VALUES, max_size=5),
+    limits=TEXT_LIMITS,
+    ascii_only=st.booleans(),
+    overflow=st.sampled_from(["", "", "", "1e400", "-2e308", "123456789012345678"]),
+)
+@example(obj={"a": "\ud800"}, limits=_WIDE, ascii_only=True, overflow="")
+@example(obj={"a": "x\udfff"}, limits=_WIDE, ascii_only=False, overflow="")
+@example(obj={"a": [[[1]]]}, limits=replace(_WIDE, max_depth=3), ascii_only=True, overflow="")
+@example(obj={"a": [1, 2, 3, 4]}, limits=replace(_WIDE, max_items=4), ascii_only=True, overflow="")
+@example(obj={}, limits=_WIDE, ascii_only=True, overflow="1e400")
+@example(obj={}, limits=_WIDE, ascii_only=True, overflow="123456789012345678")
+def test_the_text_prescan_never_skips_a_walk_that_would_refuse(
+    obj: dict[str, object],
+    limits: ArgumentLimits,
+    ascii_only: bool,
+    overflow: str,
+) -> None:
+    from handrail.validation import _check_shape, _text_within_limits  # noqa: PLC0415
+
+    text = json.dumps(obj, ensure_ascii=ascii_only)
+    if overflow:
+        text = text[:-1] + ("," if obj else "") + f'"n": {overflow}' + "}"
+    value = json.loads(text)
+    if _text_within_limits(text, limits):
+        _check_shape(value, limits)  # must not raise
