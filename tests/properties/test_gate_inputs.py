@@ -12,6 +12,7 @@ import itertools
 import json
 from decimal import Decimal
 
+from _json_strategies import json_scalars, json_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,20 +29,8 @@ SHARED_FIXTURES = settings(
 )
 EXPECTED = {None, ErrorCode.INVALID_ARGUMENTS}
 
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=16,
-)
+JSON_SCALARS = json_scalars()
+JSON_VALUES = json_values(JSON_SCALARS)
 SEARCH_LIKE = st.fixed_dictionaries(
     {},
     optional={

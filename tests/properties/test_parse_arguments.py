@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from _json_strategies import json_scalars, json_values
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -20,20 +21,8 @@ from handrail.validation import ArgumentLimits, parse_arguments
 SAFE = 2**53 - 1
 ROOMY = {"max_bytes": 1 << 22, "max_items": 100_000}
 
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-SAFE, max_value=SAFE)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30)
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
-    ),
-    max_leaves=15,
-)
+JSON_SCALARS = json_scalars(st.integers(min_value=-SAFE, max_value=SAFE), text_size=30)
+JSON_VALUES = json_values(JSON_SCALARS, width=5, key_size=10, max_leaves=15)
 JSON_OBJECTS = st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=6)
 
 
@@ -148,13 +137,7 @@ RISKY_SCALARS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     JSON_SCALARS,
 )
-RISKY_VALUES = st.recursive(
-    RISKY_SCALARS,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
-    ),
-    max_leaves=25,
-)
+RISKY_VALUES = json_values(RISKY_SCALARS, key_size=6, max_leaves=25)
 TEXT_LIMITS = st.builds(
     ArgumentLimits,
     max_bytes=st.just(1 << 22),

@@ -28,26 +28,15 @@ from typing import Annotated, Literal
 
 import pydantic
 import pytest
+from _json_strategies import json_scalars, json_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, Status, Tool, ToolCall, tool
 
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
+JSON_SCALARS = json_scalars(st.integers(min_value=-(2**64), max_value=2**64), text_size=12)
+JSON_VALUES = json_values(JSON_SCALARS, max_leaves=12)
 
 
 class Color(Enum):
