@@ -515,11 +515,13 @@ async def test_non_read_calls_in_a_batch_run_one_at_a_time_in_order() -> None:
 @pytest.mark.anyio
 async def test_a_repeated_call_id_in_a_batch_is_refused_not_run_twice() -> None:
     counter = _Counter()
-    gate, _ = _gate(_counted_tool(counter))
+    gate, audit = _gate(_counted_tool(counter))
     envelopes = await gate.handle_batch([_call("probe"), _call("probe")], READER)
     assert envelopes[0].status is Status.OK
     assert envelopes[1].error_type is ErrorCode.INVALID_ARGUMENTS
     assert counter.calls == 1
+    refused = [e for e in audit.for_call("c1") if e.decision == "refused"]
+    assert [(e.stage, e.code) for e in refused] == [("lookup", ErrorCode.INVALID_ARGUMENTS)]
 
 
 def test_sync_helpers_run_without_an_event_loop(gate: Gate, principal: Principal) -> None:

@@ -289,7 +289,7 @@ class Gate:
         serial: list[int] = []
         for index, call in enumerate(calls):
             if call.id in seen:
-                results[index] = self._duplicate_id(call)
+                results[index] = self._duplicate_id(call, principal)
                 continue
             seen.add(call.id)
             found = self._registry.lookup(call.name, principal)
@@ -474,16 +474,18 @@ class Gate:
             Refusal(code, _GENERIC_FAILURE, stage="gate", retryable=retryable),
         )
 
-    def _duplicate_id(self, call: ToolCall) -> Envelope:
-        return self._refused(
-            call,
-            None,
-            Refusal(
-                ErrorCode.INVALID_ARGUMENTS,
-                "Another call in this turn has the same id; this one was not run.",
-                stage="lookup",
-            ),
+    def _duplicate_id(self, call: ToolCall, principal: Principal) -> Envelope:
+        refusal = Refusal(
+            ErrorCode.INVALID_ARGUMENTS,
+            "Another call in this turn has the same id; this one was not run.",
+            stage="lookup",
+            detail="duplicate call id in one batch",
         )
+        if self._auditor.enabled:
+            trail = _Trail(self._auditor, self._clock, call, principal)
+            trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
+            trail.emit()
+        return self._refused(call, None, refusal)
 
 
 def _has_non_finite(data: object, encoded: bytes) -> bool:
