@@ -17,6 +17,10 @@ class ToolCall:
 
     `arguments` is whatever the provider sent: a JSON text (OpenAI), raw bytes, or an
     already decoded object (Anthropic `input`). Nothing in it is trusted.
+
+    `defect` is set by an adapter that knows the call cannot be run as proposed (a
+    stream cut off mid-arguments, an id reused from an earlier turn); the gate refuses
+    such a call with INVALID_ARGUMENTS at stage 1 and never runs it.
     """
 
     id: str
@@ -24,3 +28,4 @@ class ToolCall:
     arguments: str | bytes | Mapping[str, object] | None
     provider: str = "unknown"
     raw: object = None
+    defect: str | None = None

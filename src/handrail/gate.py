@@ -32,6 +32,7 @@ from handrail.validation import (
     ArgumentLimits,
     check_business_rules,
     parse_arguments,
+    refuse_defect,
     validate_arguments,
 )
 
@@ -192,6 +193,8 @@ class Gate:
                 trail.record("lookup", "pass")
 
             try:
+                if call.defect is not None:
+                    raise refuse_defect(call.defect)
                 arguments = parse_arguments(call.arguments, self._limits)
             except Refusal:
                 if trail:

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from handrail.context import ToolContext
     from handrail.definition import BoundArguments, Tool
 
-__all__ = ["ArgumentLimits", "check_business_rules", "parse_arguments", "validate_arguments"]
+__all__ = [
+    "ArgumentLimits",
+    "check_business_rules",
+    "parse_arguments",
+    "refuse_defect",
+    "validate_arguments",
+]
 
 # I-JSON (RFC 7493): integers beyond this lose precision in most JSON consumers.
 _SAFE_INTEGER = 2**53 - 1
@@ -234,6 +240,11 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
     if not _text_within_limits(text, limits):
         _check_shape(value, limits)
     return value
+
+
+def refuse_defect(defect: str) -> Refusal:
+    """Stage 1's refusal of a call an adapter marked as unusable (for example truncated)."""
+    return _syntax(defect)
 
 
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> BoundArguments:

@@ -11,7 +11,14 @@ import re
 
 from handrail.errors import ConfigurationError
 
-__all__ = ["SEPARATOR", "WIRE_NAME", "from_wire_name", "to_wire_name"]
+__all__ = [
+    "SEPARATOR",
+    "WIRE_NAME",
+    "from_wire_name",
+    "name_from_wire",
+    "name_to_wire",
+    "to_wire_name",
+]
 
 WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What OpenAI (chat and Responses) and Anthropic accept as a function name."""
@@ -59,3 +66,24 @@ def from_wire_name(wire: str) -> str | None:
         return name if to_wire_name(name) == wire else None
     except ConfigurationError:
         return None
+
+
+def name_from_wire(wire: str) -> str:
+    """The Handrail name a model's call names; an unmappable name is kept verbatim.
+
+    For parsing calls: a name no tool could have is passed on unchanged, so that the
+    gate refuses it as UNKNOWN_TOOL and the transcript keeps what the model wrote.
+    """
+    return from_wire_name(wire) or wire
+
+
+def name_to_wire(name: str) -> str:
+    """The wire name for a call's tool name; a name that cannot map is kept verbatim.
+
+    For rendering transcripts: a call the model made to a name no tool has goes back
+    exactly as the model wrote it.
+    """
+    try:
+        return to_wire_name(name)
+    except ConfigurationError:
+        return name
