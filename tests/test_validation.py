@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from handrail.errors import ErrorCode, Refusal
+from handrail.errors import ConfigurationError, ErrorCode, Refusal
 from handrail.validation import ArgumentLimits, parse_arguments
 
 LIMITS = ArgumentLimits(max_bytes=64, max_depth=3, max_items=6)
@@ -49,3 +49,9 @@ def test_the_default_limits_are_safe_and_positive() -> None:
     assert limits.max_bytes == 1 << 20
     assert 0 < limits.max_depth <= 64
     assert 0 < limits.max_items <= 100_000
+
+
+@pytest.mark.parametrize("field", ["max_bytes", "max_depth", "max_items"])
+def test_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ConfigurationError):
+        ArgumentLimits(**{field: 0})

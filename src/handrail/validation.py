@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from handrail.errors import ErrorCode, Refusal, ToolSignal
+from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
 from handrail.schema import json_path
 
 if TYPE_CHECKING:
@@ -46,6 +46,11 @@ class ArgumentLimits:
     max_bytes: int = 1 << 20
     max_depth: int = 32
     max_items: int = 10_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_bytes, self.max_depth, self.max_items) < 1:
+            msg = "argument limits must be positive"
+            raise ConfigurationError(msg)
 
 
 class _DuplicateKeyError(ValueError):

@@ -49,15 +49,25 @@ def full_registry(registry: Registry) -> Registry:
     return registry
 
 
+def declarations(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per tool: Gemini nests its declarations inside one Tool."""
+    out: list[dict[str, Any]] = []
+    for definition in definitions:
+        out.extend(definition.get("functionDeclarations", [definition]))
+    return out
+
+
 def names_in(definitions: list[dict[str, Any]]) -> list[str]:
-    return [d.get("name") or d["function"]["name"] for d in definitions]
+    return [d.get("name") or d["function"]["name"] for d in declarations(definitions)]
 
 
 def stock_spec(registry: Registry) -> ToolSpec:
     return registry.get("shop.stock").spec
 
 
-def test_openai_chat_definitions_nest_the_function(registry: Registry) -> None:
+def test_openai_chat_definitions_nest_the_function_and_say_strict_false(
+    registry: Registry,
+) -> None:
     spec = stock_spec(registry)
     assert openai_chat.tool_definitions([spec]) == snapshot(
         [
@@ -67,6 +77,7 @@ def test_openai_chat_definitions_nest_the_function(registry: Registry) -> None:
                     "name": "shop__stock",
                     "description": "How many copies of a book are in stock (a sync tool).",
                     "parameters": STOCK_SCHEMA,
+                    "strict": False,
                 },
             },
         ],
@@ -126,9 +137,10 @@ def test_exported_schemas_share_no_mutable_part_with_the_spec(
 ) -> None:
     spec = registry.get("shop.search").spec
     before = copy.deepcopy(dict(spec.input_schema))
-    for definition in exposed_definitions(registry, principal, fmt):
+    for definition in declarations(exposed_definitions(registry, principal, fmt)):
         schema = (
             definition.get("parameters")
+            or definition.get("parametersJsonSchema")
             or definition.get("input_schema")
             or definition["function"]["parameters"]
         )
@@ -164,7 +176,7 @@ def test_a_disabled_spec_is_refused_even_when_passed_alone() -> None:
         openai_chat.tool_definitions([retired.spec])
 
 
-def test_provider_names_are_valid_for_openai_and_anthropic(
+def test_provider_names_are_valid_for_every_provider(
     registry: Registry,
     principal: Principal,
 ) -> None:
@@ -172,6 +184,7 @@ def test_provider_names_are_valid_for_openai_and_anthropic(
         DefinitionFormat.OPENAI_CHAT,
         DefinitionFormat.OPENAI_RESPONSES,
         DefinitionFormat.ANTHROPIC,
+        DefinitionFormat.GEMINI,
     ):
         assert all(
             WIRE.fullmatch(n) for n in names_in(exposed_definitions(registry, principal, fmt))

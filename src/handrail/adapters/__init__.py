@@ -1,8 +1,10 @@
 """Adapters: one module per provider wire format, plus a provider-neutral export.
 
-For now each turns exposed ToolSpecs into that format's tool definitions; calls in and
-results out join the same modules later. Adapters never decide exposure: they are
-handed `registry.exposed(principal)`, and refuse forbidden or disabled specs anyway.
+Each adapter class (`OpenAIChatAdapter`, `OpenAIResponsesAdapter`, `AnthropicAdapter`,
+`GeminiAdapter`) keeps the `Adapter` contract of `base`: definitions and tool choice
+out, calls in (whole and streamed), results back, transcripts both ways. Adapters never
+decide exposure: they are handed `registry.exposed(principal)`, and refuse forbidden or
+disabled specs anyway. `tool_definitions` here is the plain export the CLI prints.
 """
 
 from __future__ import annotations
@@ -11,16 +13,60 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, assert_never
 
-from handrail.adapters import anthropic, json_schema, openai_chat, openai_responses
+from handrail.adapters import anthropic, gemini, json_schema, openai_chat, openai_responses
 from handrail.adapters._names import from_wire_name, to_wire_name
+from handrail.adapters.anthropic import AnthropicAdapter
+from handrail.adapters.base import (
+    Adapter,
+    Definitions,
+    IssueAction,
+    SchemaIssue,
+    StreamAssembler,
+    ToolChoice,
+    ToolChoiceMode,
+    UnsupportedSchemaError,
+    UntranslatableError,
+)
+from handrail.adapters.gemini import GeminiAdapter
+from handrail.adapters.openai_chat import OpenAIChatAdapter
+from handrail.adapters.openai_responses import OpenAIResponsesAdapter
+from handrail.adapters.transcript import (
+    AssistantTurn,
+    CallIdLedger,
+    ToolResult,
+    ToolResultsTurn,
+    Turn,
+    UserTurn,
+    pair_results,
+)
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.spec import ToolSpec
 
 __all__ = [
+    "Adapter",
+    "AnthropicAdapter",
+    "AssistantTurn",
+    "CallIdLedger",
     "DefinitionFormat",
+    "Definitions",
+    "GeminiAdapter",
+    "IssueAction",
+    "OpenAIChatAdapter",
+    "OpenAIResponsesAdapter",
+    "SchemaIssue",
+    "StreamAssembler",
+    "ToolChoice",
+    "ToolChoiceMode",
+    "ToolResult",
+    "ToolResultsTurn",
+    "Turn",
+    "UnsupportedSchemaError",
+    "UntranslatableError",
+    "UserTurn",
     "exposed_definitions",
     "from_wire_name",
+    "pair_results",
     "to_wire_name",
     "tool_definitions",
 ]
@@ -32,6 +78,7 @@ class DefinitionFormat(StrEnum):
     OPENAI_CHAT = "openai-chat"
     OPENAI_RESPONSES = "openai-responses"
     ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
     JSONSCHEMA = "jsonschema"
 
 
@@ -45,6 +92,8 @@ def _exporter(
             return openai_responses.tool_definitions
         case DefinitionFormat.ANTHROPIC:
             return anthropic.tool_definitions
+        case DefinitionFormat.GEMINI:
+            return gemini.tool_definitions
         case DefinitionFormat.JSONSCHEMA:
             return json_schema.tool_definitions
         case _:  # pragma: no cover - closed by the enum

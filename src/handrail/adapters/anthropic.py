@@ -1,30 +1,609 @@
-"""Anthropic Messages wire format: tool definitions out.
+"""Anthropic Messages wire format, both ways: `AnthropicAdapter`.
 
-`{"name", "description", "input_schema"}` per tool, with namespaced names mapped by
-`_names`. Tool-use blocks in and tool results out join this module later. It never
-decides which tools are exposed.
+Definitions (`name`, `description`, `input_schema`, optionally `strict`) with every
+schema feature Anthropic does not take rewritten or refused out loud; tool choice;
+tool_use blocks in, whole or streamed (`_anthropic_stream`); tool_result blocks out;
+whole transcripts. Ids stay verbatim. It never decides exposure or policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+import binascii
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from handrail.adapters._anthropic_stream import (
+    PROVIDER,
+    AnthropicStreamAssembler,
+    call_from_block,
+    calls_of_message,
+    wire_field,
+)
 from handrail.adapters._common import plain_json, sendable
+from handrail.adapters._names import name_to_wire, to_wire_name
+from handrail.adapters.base import (
+    Definitions,
+    IssueAction,
+    SchemaIssue,
+    ToolChoice,
+    ToolChoiceMode,
+    UnsupportedSchemaError,
+    UntranslatableError,
+)
+from handrail.adapters.transcript import (
+    AssistantTurn,
+    ToolResult,
+    ToolResultsTurn,
+    Turn,
+    UserTurn,
+    pair_results,
+)
+from handrail.calls import ToolCall
+from handrail.envelope import Envelope
+from handrail.errors import ConfigurationError
+from handrail.schema import json_path
 from handrail.spec import ToolSpec
 
-__all__ = ["PROVIDER", "tool_definitions"]
+__all__ = ["PROVIDER", "AnthropicAdapter", "AnthropicStreamAssembler", "tool_definitions"]
 
-PROVIDER = "anthropic"
+_CHOICE_TYPES = {
+    ToolChoiceMode.AUTO: "auto",
+    ToolChoiceMode.NONE: "none",
+    ToolChoiceMode.REQUIRED: "any",
+    ToolChoiceMode.TOOL: "tool",
+}
+
+
+class AnthropicAdapter:
+    """The Anthropic Messages API (`anthropic` SDK types), for one kind of request.
+
+    `strict` sends every tool with `strict: true` (grammar-constrained inputs) after
+    rewriting its schema into the subset strict mode takes. `parallel_calls=False`
+    adds `disable_parallel_tool_use` to the tool choice: at most one call per turn.
+    `max_streamed_input` bounds the characters one streamed call may buffer.
+    """
+
+    def __init__(
+        self,
+        *,
+        strict: bool,
+        parallel_calls: bool = True,
+        max_streamed_input: int = 4 << 20,
+    ) -> None:
+        if max_streamed_input < 1:
+            raise ConfigurationError("max_streamed_input must be positive")
+        self.provider = PROVIDER
+        self._strict = strict
+        self._parallel_calls = parallel_calls
+        self._max_streamed_input = max_streamed_input
+
+    @property
+    def strict(self) -> bool:
+        """Whether definitions are sent with `strict: true`."""
+        return self._strict
+
+    def tool_definitions(self, specs: Sequence[ToolSpec]) -> Definitions:
+        """The request's `tools`, each schema a deep copy; rewrites reported as issues.
+
+        Raises UnsupportedSchemaError naming every refused feature of every tool.
+        Nothing needs restoring: no rewrite changes the shape of the arguments.
+        """
+        payload: list[dict[str, Any]] = []
+        issues: list[SchemaIssue] = []
+        for spec, wire in sendable(specs):
+            check = _SchemaCheck(spec.name)
+            schema = check.root(plain_json(spec.input_schema), strict=self._strict)
+            issues.extend(check.issues)
+            definition: dict[str, Any] = {
+                "name": wire,
+                "description": spec.description,
+                "input_schema": schema,
+            }
+            if self._strict:
+                definition["strict"] = True
+            payload.append(definition)
+        refused = [issue for issue in issues if issue.action is IssueAction.REFUSED]
+        if refused:
+            raise UnsupportedSchemaError(PROVIDER, refused)
+        return Definitions(provider=PROVIDER, payload=payload, issues=tuple(issues))
+
+    def tool_choice(self, choice: ToolChoice) -> dict[str, Any]:
+        """`tool_choice`: auto, none, any (REQUIRED), or tool with its wire name."""
+        value: dict[str, Any] = {"type": _CHOICE_TYPES[choice.mode]}
+        if choice.tool is not None:
+            value["name"] = to_wire_name(choice.tool)
+        if not self._parallel_calls and choice.mode is not ToolChoiceMode.NONE:
+            value["disable_parallel_tool_use"] = True
+        return value
+
+    def parse_calls(
+        self,
+        response: object,
+        *,
+        definitions: Definitions | None = None,  # noqa: ARG002 - no rewrite needs undoing
+    ) -> list[ToolCall]:
+        """The tool_use blocks of a `Message`, its dict or its JSON text, as ToolCalls.
+
+        Under stop reason `max_tokens` (or the context window) a tool_use block that
+        ends the content may be cut off, so it comes back defective; a `refusal`
+        withdraws every call. Other blocks (text, thinking, server tools) are skipped.
+        """
+        if isinstance(response, str | bytes | bytearray):
+            try:
+                response = json.loads(response)
+            except (ValueError, RecursionError):
+                raise UntranslatableError("the response text is not JSON it can read") from None
+        return calls_of_message(response)
+
+    def stream(self, *, definitions: Definitions | None = None) -> AnthropicStreamAssembler:  # noqa: ARG002
+        """A new assembler for the events of one streamed response."""
+        return AnthropicStreamAssembler(max_input_chars=self._max_streamed_input)
+
+    def render_results(
+        self,
+        calls: Sequence[ToolCall],
+        envelopes: Sequence[Envelope],
+    ) -> list[dict[str, Any]]:
+        """One user message of tool_result blocks in call order, matched by call id.
+
+        Raises ConfigurationError (from `pair_results`) for an envelope of no call or
+        a call without an envelope. No calls, no message.
+        """
+        turn = pair_results(calls, envelopes)
+        if not turn.results:
+            return []
+        return [{"role": "user", "content": [_result_block(r) for r in turn.results]}]
+
+    def to_wire(self, transcript: Sequence[Turn]) -> list[dict[str, Any]]:
+        """Alternating user and assistant messages for a whole conversation.
+
+        Tool results open the next user message, and user text that follows them
+        joins that message as text blocks after them (Anthropic wants roles to
+        alternate and results first). A message is a plain string exactly when it
+        holds one text. Raises UntranslatableError for what Anthropic would refuse:
+        two assistant turns in a row, calls left unanswered or answered by other
+        ids, a call id used twice, blank user text, an empty assistant turn, or
+        arguments that are not a JSON object.
+        """
+        messages: list[dict[str, Any]] = []
+        user: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        previous: Turn | None = None
+        for turn in transcript:
+            pending = previous.calls if isinstance(previous, AssistantTurn) else ()
+            if isinstance(turn, AssistantTurn):
+                if isinstance(previous, AssistantTurn):
+                    raise UntranslatableError(
+                        "two assistant turns in a row: Anthropic would merge them into one",
+                    )
+                _flush(messages, user)
+                messages.append(_message("assistant", _assistant_blocks(turn, seen)))
+            elif isinstance(turn, ToolResultsTurn):
+                _check_answers(pending, turn.results)
+                user.extend(_result_block(result) for result in turn.results)
+            else:
+                if pending:
+                    raise UntranslatableError("user text cannot answer calls; results must")
+                if not turn.text.strip():
+                    raise UntranslatableError("Anthropic refuses blank user text")
+                user.append({"type": "text", "text": turn.text})
+            previous = turn
+        _flush(messages, user)
+        return messages
+
+    def from_wire(self, messages: Sequence[object]) -> list[Turn]:
+        """Neutral turns for Messages API messages (dicts, params or SDK `Message`s).
+
+        A user message splits into the results it opens with and one user turn per
+        text block after them; a result's tool name is that of its call. Assistant
+        text blocks are joined as they are (citations split one text into several).
+        Raises UntranslatableError for content a transcript cannot hold: system
+        messages, images, documents, thinking and server-tool blocks, results for
+        no call of the previous assistant turn, results after text.
+        """
+        turns: list[Turn] = []
+        for position, message in enumerate(messages):
+            role, content = wire_field(message, "role"), wire_field(message, "content")
+            if role == "assistant":
+                turns.append(_assistant_turn(content))
+            elif role == "user":
+                turns.extend(_user_turns(content, turns[-1] if turns else None))
+            else:
+                msg = f"message {position} has role {role!r}, which no transcript turn holds"
+                raise UntranslatableError(msg)
+        return turns
 
 
 def tool_definitions(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """The `tools` list of a Messages request, for specs already exposed."""
-    return [
-        {
-            "name": wire,
-            "description": spec.description,
-            "input_schema": plain_json(spec.input_schema),
-        }
-        for spec, wire in sendable(specs)
-    ]
+    """The `tools` list for specs already exposed, when no schema needs a rewrite.
+
+    The list alone cannot carry rewrite reports, so a schema that needs one raises
+    UnsupportedSchemaError here; use `AnthropicAdapter.tool_definitions` for those.
+    """
+    definitions = AnthropicAdapter(strict=False).tool_definitions(specs)
+    if definitions.issues:
+        raise UnsupportedSchemaError(PROVIDER, definitions.issues)
+    return definitions.payload
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+_PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+"""What Anthropic accepts as a key of `input_schema.properties`."""
+_COMBINATORS = ("anyOf", "oneOf", "allOf")
+_STRICT_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"},
+)
+_HARD_PATTERN = re.compile(r"\(\?<?[=!]|\\[bBk1-9]")
+"""Regex features strict mode's grammar cannot take: lookaround, word boundaries, backrefs."""
+_KEPT = frozenset({"type", "required", "description", "title", "default"})
+_TYPED = frozenset({"type", "anyOf", "oneOf", "allOf", "enum", "const", "$ref"})
+_Path = tuple[str | int, ...]
+
+
+def _primitive(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+class _SchemaCheck:
+    """Rewrites one tool's schema (a fresh copy) for Anthropic, noting every change."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.issues: list[SchemaIssue] = []
+
+    def note(self, path: _Path, keyword: str, action: IssueAction, detail: str) -> None:
+        self.issues.append(
+            SchemaIssue(
+                tool=self.tool,
+                path=json_path(path),
+                keyword=keyword,
+                action=action,
+                detail=detail,
+            ),
+        )
+
+    def root(self, schema: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+        """What every request needs: an object root without combinators, plain keys."""
+        kind = schema.get("type")
+        if kind != "object":
+            allowed = kind if isinstance(kind, list) else [kind]
+            if kind is not None and "object" not in allowed:
+                self.note((), "type", IssueAction.REFUSED, "the input must be an object")
+            else:
+                self.note((), "type", IssueAction.REWRITTEN, 'set to "object"; input is one')
+                schema["type"] = "object"
+        for keyword in _COMBINATORS:
+            if keyword not in schema:
+                continue
+            if "properties" in schema:
+                del schema[keyword]
+                self.note((), keyword, IssueAction.REWRITTEN, "dropped: not at the top level")
+            else:
+                self.note((), keyword, IssueAction.REFUSED, "the parameters lie inside it")
+        properties = schema.get("properties")
+        for key in properties if isinstance(properties, Mapping) else ():
+            if not _PROPERTY_KEY.fullmatch(key):
+                detail = "property keys must match ^[a-zA-Z0-9_.-]{1,64}$"
+                self.note(("properties", key), "properties", IssueAction.REFUSED, detail)
+        if not strict:
+            return schema
+        self._cycles(schema)
+        return dict(self.strict(schema, ()))
+
+    def _cycles(self, schema: dict[str, Any]) -> None:
+        """Refuses recursive local `$ref`s, which strict mode cannot compile."""
+        done: set[str] = set()
+
+        def cyclic(pointer: str, trail: tuple[str, ...]) -> str | None:
+            if pointer in trail:
+                return pointer
+            if pointer in done:
+                return None
+            for target in sorted(set(_local_refs(_resolve(schema, pointer)))):
+                hit = cyclic(target, (*trail, pointer))
+                if hit is not None:
+                    return hit
+            done.add(pointer)
+            return None
+
+        hit = cyclic("", ())
+        if hit is not None:
+            self.note((), "$ref", IssueAction.REFUSED, f"recursive schema through #{hit}")
+
+    def strict(self, node: object, path: _Path) -> Any:  # noqa: ANN401 - a JSON schema
+        """`node` in strict mode's subset: unsupported constraints move to `description`."""
+        if not isinstance(node, dict):
+            self.note(path, "type", IssueAction.REFUSED, "strict mode needs a typed schema")
+            return node
+        if not _TYPED & node.keys():
+            self.note(path, "type", IssueAction.REFUSED, "strict mode needs a type here")
+        out: dict[str, Any] = {}
+        moved: list[str] = []
+        if "prefixItems" in node and "items" in node:
+            node = {k: v for k, v in node.items() if k != "items"}
+            self.note(path, "items", IssueAction.REWRITTEN, "dropped with prefixItems")
+        if "oneOf" in node and "anyOf" in node:
+            self.note(path, "oneOf", IssueAction.REFUSED, "beside anyOf, it cannot become one")
+        is_object = _is_object(node)
+        for key, value in node.items():
+            if key == "additionalProperties" and is_object:
+                continue  # decided below, for objects only
+            kept = self._keyword(key, value, path, out)
+            if not kept:
+                detail = "not in strict mode's subset; the gate still enforces it"
+                self.note(path, key, IssueAction.REWRITTEN, f"dropped: {detail}")
+                if _primitive(value):
+                    moved.append(f"{key}: {json.dumps(value)}")
+        if is_object:
+            extra = node.get("additionalProperties")
+            if extra not in (None, True, False, {}):
+                detail = "strict mode forbids extra keys; this schema wants them"
+                self.note(path, "additionalProperties", IssueAction.REFUSED, detail)
+            elif extra is not False:
+                detail = "set to false; extra keys were optional and strict mode needs it"
+                self.note(path, "additionalProperties", IssueAction.REWRITTEN, detail)
+            out["additionalProperties"] = False
+        if moved:
+            note = "(" + ", ".join(moved) + ")"
+            text = out.get("description")
+            out["description"] = f"{text}\n\n{note}" if isinstance(text, str) and text else note
+        return out
+
+    def _keyword(self, key: str, value: object, path: _Path, out: dict[str, Any]) -> bool:  # noqa: PLR0911
+        """Copies one keyword into `out` when strict mode takes it; False to drop it."""
+        if key in _KEPT:
+            out[key] = value
+            return True
+        if key in {"properties", "$defs", "definitions"} and isinstance(value, dict):
+            out[key] = {k: self.strict(v, (*path, key, k)) for k, v in value.items()}
+            return True
+        if key in _COMBINATORS and isinstance(value, list):
+            target = "anyOf" if key == "oneOf" else key
+            if key == "oneOf":
+                self.note(path, key, IssueAction.REWRITTEN, "as anyOf; the gate keeps oneOf")
+            out[target] = [self.strict(v, (*path, key, i)) for i, v in enumerate(value)]
+            return True
+        if key == "items" and isinstance(value, dict):
+            out[key] = self.strict(value, (*path, key))
+            return True
+        if key in {"enum", "const"}:
+            values = value if key == "enum" and isinstance(value, list) else [value]
+            if not all(_primitive(v) for v in values):
+                self.note(path, key, IssueAction.REFUSED, "strict mode takes only scalar values")
+            out[key] = value
+            return True
+        if key == "$ref":
+            if not (isinstance(value, str) and value.startswith("#")):
+                self.note(path, key, IssueAction.REFUSED, "only local references are taken")
+            out[key] = value
+            return True
+        if key == "patternProperties":
+            self.note(path, key, IssueAction.REFUSED, "strict mode forbids keys it allows")
+            return True
+        keep = (
+            (key == "minItems" and value in (0, 1))
+            or (key == "format" and value in _STRICT_FORMATS)
+            or (key == "pattern" and isinstance(value, str) and not _HARD_PATTERN.search(value))
+        )
+        if keep:
+            out[key] = value
+        return keep
+
+
+def _is_object(node: Mapping[str, Any]) -> bool:
+    kind = node.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node
+
+
+def _local_refs(node: object) -> list[str]:
+    """Every local `$ref` under `node`, as a JSON pointer without its leading `#`."""
+    if isinstance(node, list):
+        return [ref for item in node for ref in _local_refs(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [ref for value in node.values() for ref in _local_refs(value)]
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        found.append(ref[1:])
+    return found
+
+
+def _resolve(schema: object, pointer: str) -> object:
+    """The part of `schema` a local JSON pointer names, or None."""
+    node = schema
+    for raw in pointer.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+# --- ids -----------------------------------------------------------------------------------
+
+_WIRE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""What Anthropic accepts as a tool_use id."""
+_ID_ESCAPE = "hr64_"
+"""Marks an id Anthropic would refuse, sent as base64url of its UTF-8."""
+
+
+def _id_to_wire(call_id: str) -> str:
+    """The id itself when Anthropic takes it; otherwise a reversible escape of it.
+
+    Ids a model minted on Anthropic (`toolu_...`) always go verbatim; ids from other
+    providers' transcripts may hold `.`, `:` or `|`, which Anthropic refuses.
+    """
+    if _WIRE_ID.fullmatch(call_id) and not call_id.startswith(_ID_ESCAPE):
+        return call_id
+    encoded = base64.urlsafe_b64encode(call_id.encode("utf-8", "surrogatepass")).decode()
+    return _ID_ESCAPE + encoded.rstrip("=")
+
+
+def _id_from_wire(wire: str) -> str:
+    """The exact inverse of `_id_to_wire`; any other id is kept verbatim."""
+    if not wire.startswith(_ID_ESCAPE):
+        return wire
+    body = wire[len(_ID_ESCAPE) :]
+    try:
+        decoded = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        call_id = decoded.decode("utf-8", "surrogatepass")
+    except (binascii.Error, ValueError):
+        return wire
+    return call_id if _id_to_wire(call_id) == wire else wire
+
+
+# --- transcripts ---------------------------------------------------------------------------
+
+
+def _message(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A message; its content a plain string exactly when it is one text."""
+    if len(blocks) == 1 and blocks[0]["type"] == "text":
+        return {"role": role, "content": blocks[0]["text"]}
+    return {"role": role, "content": blocks}
+
+
+def _flush(messages: list[dict[str, Any]], user: list[dict[str, Any]]) -> None:
+    if user:
+        messages.append(_message("user", list(user)))
+        user.clear()
+
+
+def _result_block(result: ToolResult) -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "tool_use_id": _id_to_wire(result.call_id),
+        "content": result.content,
+        "is_error": result.is_error,
+    }
+
+
+def _check_answers(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> None:
+    if not calls:
+        raise UntranslatableError("tool results must follow an assistant turn with calls")
+    if Counter(c.id for c in calls) != Counter(r.call_id for r in results):
+        raise UntranslatableError("the results must answer exactly the previous turn's calls")
+
+
+def _reject_constant(name: str) -> object:
+    raise UntranslatableError(f"arguments hold {name}, which is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise UntranslatableError("arguments repeat a key, which an input object cannot")
+    return dict(pairs)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+
+
+def _input_object(call: ToolCall) -> dict[str, Any]:
+    """A call's arguments as the `input` object Anthropic requires."""
+    arguments = call.arguments
+    if arguments is None:
+        return {}
+    if isinstance(arguments, Mapping):
+        return {str(k): plain_json(v) for k, v in arguments.items()}
+    try:
+        text = arguments if isinstance(arguments, str) else bytes(arguments).decode()
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        msg = f"call {call.id[:64]!r}: its arguments are not a JSON object"
+        raise UntranslatableError(msg)
+    return value
+
+
+def _assistant_blocks(turn: AssistantTurn, seen: set[str]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if turn.text is not None and turn.text.strip():
+        blocks.append({"type": "text", "text": turn.text})  # blank text is no block
+    for call in turn.calls:
+        if call.id in seen:
+            raise UntranslatableError(f"call id {call.id[:64]!r} is used twice")
+        seen.add(call.id)
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": _id_to_wire(call.id),
+                "name": name_to_wire(call.name),
+                "input": _input_object(call),
+            },
+        )
+    if not blocks:
+        raise UntranslatableError("an assistant turn with neither text nor calls")
+    return blocks
+
+
+def _blocks(content: object, *, empty: bool = False) -> Sequence[object]:
+    if not isinstance(content, Sequence) or isinstance(content, str | bytes):
+        raise UntranslatableError("message content is neither text nor a list of blocks")
+    if not content and not empty:
+        raise UntranslatableError("a message with no content")
+    return content
+
+
+def _assistant_turn(content: object) -> AssistantTurn:
+    if isinstance(content, str):
+        return AssistantTurn(text=content)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in _blocks(content):
+        kind = wire_field(block, "type")
+        if kind == "text":
+            texts.append(str(wire_field(block, "text") or ""))
+        elif kind == "tool_use":
+            call = call_from_block(block)
+            calls.append(replace(call, id=_id_from_wire(call.id)))
+        else:
+            raise UntranslatableError(f"an assistant {kind!r} block has no neutral form")
+    return AssistantTurn(text="".join(texts) if texts else None, calls=tuple(calls))
+
+
+def _result_text(content: object) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for block in _blocks(content, empty=True):
+        if wire_field(block, "type") != "text":
+            raise UntranslatableError("a tool result holds a block other than text")
+        texts.append(str(wire_field(block, "text") or ""))
+    return "".join(texts)
+
+
+def _user_turns(content: object, previous: Turn | None) -> list[Turn]:
+    if isinstance(content, str):
+        return [UserTurn(text=content)]
+    names: dict[str, list[str]] = {}
+    for call in previous.calls if isinstance(previous, AssistantTurn) else ():
+        names.setdefault(call.id, []).append(call.name)
+    results: list[ToolResult] = []
+    turns: list[Turn] = []
+    for block in _blocks(content):
+        kind = wire_field(block, "type")
+        if kind == "tool_result":
+            call_id = wire_field(block, "tool_use_id")
+            call_id = _id_from_wire(call_id) if isinstance(call_id, str) else ""
+            if turns or not names.get(call_id):
+                raise UntranslatableError(f"a result for {call_id[:64]!r} answers no open call")
+            content_text = _result_text(wire_field(block, "content"))
+            is_error = bool(wire_field(block, "is_error"))
+            tool = names[call_id].pop(0)
+            results.append(
+                ToolResult(call_id=call_id, tool=tool, content=content_text, is_error=is_error),
+            )
+        elif kind == "text":
+            turns.append(UserTurn(text=str(wire_field(block, "text") or "")))
+        else:
+            raise UntranslatableError(f"a user {kind!r} block has no neutral form")
+    return [ToolResultsTurn(results=tuple(results)), *turns] if results else turns

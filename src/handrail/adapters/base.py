@@ -71,6 +71,9 @@ class IssueAction(StrEnum):
     validates against the original schema."""
     REFUSED = "refused"
     """Cannot be sent; the tool's definitions export fails."""
+    UNENFORCED = "unenforced"
+    """Sent as it is where the provider does not promise to honour it (for example
+    OpenAI without strict mode); the gate still enforces it on every call."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,7 +99,11 @@ class UnsupportedSchemaError(ConfigurationError):
 
 
 class UntranslatableError(ConfigurationError):
-    """A transcript part has no faithful form in the target wire format."""
+    """A part that has no faithful form in the target format, or unreadable input.
+
+    Raised for a transcript part a format cannot carry, and for a response or message
+    that cannot be read as the adapter's format at all.
+    """
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,7 +161,11 @@ class Adapter(Protocol):
         *,
         definitions: Definitions | None = None,
     ) -> list[ToolCall]:
-        """The tool calls of a response: an SDK object, a plain dict or its JSON text."""
+        """The tool calls of a response: an SDK object, a plain dict or its JSON text.
+
+        Adapters may take more keywords; Gemini, whose calls carry no ids, takes the
+        conversation `turn` so that the ids it assigns are stable and never collide.
+        """
         ...
 
     def stream(self, *, definitions: Definitions | None = None) -> StreamAssembler:
