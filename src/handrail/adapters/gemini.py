@@ -6,7 +6,7 @@ ids verbatim, gives id-less calls stable ids of its own, and never decides expos
 
 Ids. Gemini usually sends calls without an `id` and matches results by name and order.
 Handrail needs one id per call, so a call without one gets
-`gemini_` + 24 hex digits of SHA-256 over the canonical JSON of
+`gemini_` + 24 hex digits of SHA-256 over the sorted, compact JSON of
 `{turn, index, name, args}`: `turn` is the caller's `turn=` key or else the response's
 `responseId`; `index` is the call's position among the response's calls. Parsing the
 same response again gives the same ids, two identical calls of one response differ by
@@ -63,7 +63,7 @@ from handrail.adapters.transcript import (
     pair_results,
 )
 from handrail.calls import ToolCall
-from handrail.canonical import canonical_json, sha256_hex
+from handrail.canonical import sha256_hex
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
 from handrail.spec import ToolSpec
@@ -351,13 +351,10 @@ def _fragment_defect(function_call: Mapping[str, Any]) -> str | None:
 def _derived_id(key: Turnkey, index: int, name: str, args: object) -> str:
     """A stable id for a call Gemini sent without one (see the module docstring)."""
     material = {"turn": key, "index": index, "name": name, "args": args}
-    try:
-        data = canonical_json(material)
-    except (ValueError, TypeError):
-        # Numbers beyond 2**53 or lone surrogates have no canonical form; sorted JSON
-        # text is still stable for the same input.
-        data = json.dumps(material, sort_keys=True, default=repr).encode()
-    return ID_PREFIX + sha256_hex(data)[:24]
+    # Sorted, compact JSON is stable for the same decoded response, which is all an id
+    # needs; it is also C-fast, where the JCS form would triple this adapter's cost.
+    data = json.dumps(material, sort_keys=True, separators=(",", ":"), default=repr)
+    return ID_PREFIX + sha256_hex(data.encode("utf-8", "surrogatepass"))[:24]
 
 
 def _finish_defect(candidate: Mapping[str, Any], *, streamed: bool) -> str | None:
