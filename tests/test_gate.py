@@ -549,3 +549,26 @@ async def test_sync_helpers_refuse_to_run_inside_an_event_loop(
 def test_a_gate_refuses_nonsense_limits(registry: Registry) -> None:
     with pytest.raises(ConfigurationError):
         Gate(registry, default_timeout=0)
+
+
+@pytest.mark.anyio
+async def test_a_limited_call_is_refused_retryably_after_authorization_and_never_runs() -> None:
+    class Full:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        async def acquire(self, principal: Principal, spec: object) -> float | None:
+            self.asked.append(principal.user_id)
+            return 1.5
+
+    counter = _Counter()
+    limiter = Full()
+    gate, audit = _gate(_counted_tool(counter), limiter=limiter)
+    envelope = await gate.handle(_call("probe"), READER)
+    assert envelope.error_type is ErrorCode.RATE_LIMITED
+    assert (envelope.retryable, envelope.retry_after) == (True, 1.5)
+    assert counter.calls == 0
+    assert audit.events[-1].stage == "quota"
+    denied = await gate.handle(_call("probe"), Principal(user_id="x", tenant_id="t1"))
+    assert denied.error_type is ErrorCode.PERMISSION_DENIED
+    assert limiter.asked == ["u"]

@@ -27,6 +27,7 @@ from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
 from handrail.policy import Policy, check_permissions, refusal_for
 from handrail.principal import Principal
+from handrail.quota import Limiter
 from handrail.registry import Registry
 from handrail.validation import (
     ArgumentLimits,
@@ -140,6 +141,7 @@ class Gate:
         audit: AuditSink | None = None,
         clock: Clock | None = None,
         policy: Policy | None = None,
+        limiter: Limiter | None = None,
         limits: ArgumentLimits | None = None,
         default_timeout: float = 30.0,
         max_result_chars: int = 64_000,
@@ -153,6 +155,7 @@ class Gate:
         self._auditor = Auditor(audit, self._clock, new_id=new_id)
         # None means the default: the required-permissions check alone.
         self._policy: Policy | None = policy
+        self._limiter = limiter
         self._limits = limits or ArgumentLimits()
         self._default_timeout = default_timeout
         self._max_result_chars = max_result_chars
@@ -234,6 +237,19 @@ class Gate:
                 await self._decide(self._policy, tool, bound, principal, call)
             if trail:
                 trail.record("authorization", "pass")
+
+            if self._limiter is not None:
+                retry_after = await self._limiter.acquire(principal, tool.spec)
+                if retry_after is not None:
+                    raise Refusal(
+                        ErrorCode.RATE_LIMITED,
+                        f"{tool.spec.name} is being called too often; wait before retrying.",
+                        stage="quota",
+                        retryable=True,
+                        retry_after=retry_after,
+                    )
+                if trail:
+                    trail.record("quota", "pass")
 
             if not tool.spec.read_only:
                 raise Refusal(

@@ -35,6 +35,9 @@ class Decision:
     outcome: Outcome
     reason: str
     rule: str
+    resource_key: str | None = None
+    """The real resource the decision was about (for example `order:ORD-1001`), when a
+    resolver loaded one; lets a conversation notice the same target behind two tools."""
 
 
 class Policy(Protocol):
