@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import pytest
+from hypothesis import settings
 from pydantic import BaseModel, Field
 
 from handrail import (
@@ -18,6 +19,10 @@ from handrail import (
     tool,
 )
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
+
+# The machine is small and shared: a slow example is not a failure, so no deadlines.
+settings.register_profile("handrail", deadline=None)
+settings.load_profile("handrail")
 
 BOOKS = {
     "t1": {"b1": {"title": "Dune", "stock": 3}, "b2": {"title": "Emma", "stock": 0}},

@@ -3,7 +3,8 @@
 lookup → 1 syntax → 2 schema → 3 business rules → 4 authorization → risk → execute
 under the deadline → shape → envelope, with an audit event per stage. The order is
 straight-line code here and nowhere else; it is not pluggable. Refusals become an
-Envelope exactly once, in this module.
+Envelope exactly once, in this module. A conversation guard, when given, refuses
+before lookup (breaker) and after the policy's decision (bypass).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
 from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
-from handrail.policy import Policy, check_permissions, refusal_for
+from handrail.guard import ConversationGuard
+from handrail.policy import Decision, Policy, check_permissions, describe, refusal_for
 from handrail.principal import Principal
 from handrail.quota import Limiter
 from handrail.registry import Registry
@@ -142,6 +144,7 @@ class Gate:
         clock: Clock | None = None,
         policy: Policy | None = None,
         limiter: Limiter | None = None,
+        guard: ConversationGuard | None = None,
         limits: ArgumentLimits | None = None,
         default_timeout: float = 30.0,
         max_result_chars: int = 64_000,
@@ -156,6 +159,8 @@ class Gate:
         # None means the default: the required-permissions check alone.
         self._policy: Policy | None = policy
         self._limiter = limiter
+        # Consulted only for calls that name their conversation; None costs nothing.
+        self._guard = guard
         self._limits = limits or ArgumentLimits()
         self._default_timeout = default_timeout
         self._max_result_chars = max_result_chars
@@ -172,18 +177,25 @@ class Gate:
         principal: Principal,
         *,
         timeout: float | None = None,
+        conversation: str | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
         `timeout` is the whole request's budget in seconds; the tool gets the smaller
-        of its own timeout and what is left of that budget.
+        of its own timeout and what is left of that budget. `conversation` is the host's
+        id of the conversation the call belongs to (never the model's); with a guard
+        configured, it is what denials are remembered by.
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         trail = (
             _Trail(self._auditor, self._clock, call, principal) if self._auditor.enabled else None
         )
         tool: Tool | None = None
+        guard = self._guard if conversation is not None else None
+        target: str | None = None
         try:
+            if guard is not None and conversation is not None:
+                await guard.admit(principal, conversation)
             tool = self._registry.lookup(call.name, principal)
             if tool is None:
                 raise Refusal(
@@ -234,8 +246,23 @@ class Gate:
 
             check_permissions(principal, tool.spec)
             if self._policy is not None:
-                await self._decide(self._policy, tool, bound, principal, call)
-            if trail:
+                decision = await self._decide(
+                    self._policy,
+                    tool,
+                    bound,
+                    principal,
+                    call,
+                    conversation=conversation,
+                )
+                target = decision.resource_key
+                if guard is not None and conversation is not None:
+                    await guard.screen(principal, conversation, tool.spec, decision)
+                refusal = refusal_for(decision, tool.spec)
+                if refusal is not None:
+                    raise refusal
+                if trail:
+                    trail.record("authorization", "pass", detail=describe(decision))
+            elif trail:
                 trail.record("authorization", "pass")
 
             if self._limiter is not None:
@@ -268,6 +295,20 @@ class Gate:
             envelope = self._refused(call, tool, refusal)
             if trail:
                 trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
+            if (
+                guard is not None
+                and conversation is not None
+                and refusal.code is ErrorCode.PERMISSION_DENIED
+            ):
+                name = tool.spec.name if tool else str(call.name)[:_MAX_NAME_IN_AUDIT]
+                await _count_denial(
+                    guard,
+                    principal=principal,
+                    conversation=conversation,
+                    tool=name,
+                    target=target,
+                    trail=trail,
+                )
         except asyncio.CancelledError:
             if trail:
                 trail.record("execute", "cancelled", code=ErrorCode.CANCELLED)
@@ -294,6 +335,7 @@ class Gate:
         principal: Principal,
         *,
         timeout: float | None = None,
+        conversation: str | None = None,
     ) -> list[Envelope]:
         """Handle the calls of one model turn; envelopes come back in call order.
 
@@ -318,18 +360,34 @@ class Gate:
 
         async def bounded(index: int) -> None:
             async with limit:
-                results[index] = await self._handle_by(calls[index], principal, deadline)
+                results[index] = await self._handle_by(
+                    calls[index],
+                    principal,
+                    deadline,
+                    conversation,
+                )
 
         async with asyncio.TaskGroup() as group:
             for index in concurrent:
                 group.create_task(bounded(index))
         for index in serial:
-            results[index] = await self._handle_by(calls[index], principal, deadline)
+            results[index] = await self._handle_by(calls[index], principal, deadline, conversation)
         return [r for r in results if r is not None]
 
-    async def _handle_by(self, call: ToolCall, principal: Principal, deadline: float) -> Envelope:
+    async def _handle_by(
+        self,
+        call: ToolCall,
+        principal: Principal,
+        deadline: float,
+        conversation: str | None,
+    ) -> Envelope:
         """`handle` under a deadline shared with other calls (on the gate's clock)."""
-        return await self.handle(call, principal, timeout=deadline - self._clock.monotonic())
+        return await self.handle(
+            call,
+            principal,
+            timeout=deadline - self._clock.monotonic(),
+            conversation=conversation,
+        )
 
     def handle_sync(
         self,
@@ -337,10 +395,13 @@ class Gate:
         principal: Principal,
         *,
         timeout: float | None = None,
+        conversation: str | None = None,
     ) -> Envelope:
         """`handle` for applications without an event loop."""
         _require_no_running_loop()
-        return asyncio.run(self.handle(call, principal, timeout=timeout))
+        return asyncio.run(
+            self.handle(call, principal, timeout=timeout, conversation=conversation),
+        )
 
     def handle_batch_sync(
         self,
@@ -348,10 +409,13 @@ class Gate:
         principal: Principal,
         *,
         timeout: float | None = None,
+        conversation: str | None = None,
     ) -> list[Envelope]:
         """`handle_batch` for applications without an event loop."""
         _require_no_running_loop()
-        return asyncio.run(self.handle_batch(calls, principal, timeout=timeout))
+        return asyncio.run(
+            self.handle_batch(calls, principal, timeout=timeout, conversation=conversation),
+        )
 
     # --- the path of one call ----------------------------------------------------------------
 
@@ -362,16 +426,20 @@ class Gate:
         bound: BoundArguments,
         principal: Principal,
         call: ToolCall,
-    ) -> None:
-        decision = await policy.decide(
+        *,
+        conversation: str | None,
+    ) -> Decision:
+        return await policy.decide(
             principal,
             tool.spec.name,
             bound.value,
-            {"call_id": call.id, "risk": tool.spec.risk, "side_effect": tool.spec.side_effect},
+            {
+                "call_id": call.id,
+                "risk": tool.spec.risk,
+                "side_effect": tool.spec.side_effect,
+                "conversation": conversation,
+            },
         )
-        refusal = refusal_for(decision, tool.spec)
-        if refusal is not None:
-            raise refusal
 
     async def _within(self, deadline: float, stage: str, work: Coroutine[Any, Any, T]) -> T:
         """Await `work` until the deadline (on the gate's clock); a TIMEOUT refusal after."""
@@ -505,6 +573,38 @@ class Gate:
             trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
             trail.emit()
         return self._refused(call, None, refusal)
+
+
+async def _count_denial(
+    guard: ConversationGuard,
+    *,
+    principal: Principal,
+    conversation: str,
+    tool: str,
+    target: str | None,
+    trail: _Trail | None,
+) -> None:
+    """Tell the guard about a PERMISSION_DENIED; audit the breaker when this one trips it.
+
+    The envelope is already a refusal; a guard whose state cannot be written must not
+    turn it into an exception, so a failure here is audited and the refusal stands.
+    """
+    try:
+        tripped = await guard.record_denial(principal, conversation, tool=tool, target=target)
+    except Exception as exc:  # noqa: BLE001 - the gate's boundary: the refusal is already made
+        if trail:
+            trail.record("guard", "error", detail=_describe(exc))
+        return
+    if tripped and trail:
+        trail.record(
+            "guard",
+            "tripped",
+            code=ErrorCode.BUDGET_EXHAUSTED,
+            detail=(
+                f"breaker: {guard.max_denials} denials in this conversation; every further "
+                f"call in it is refused"
+            ),
+        )
 
 
 def _has_non_finite(data: object, encoded: bytes) -> bool:

@@ -1,8 +1,10 @@
 """Registry: the one source of what the model may see and of what may run.
 
 Owns registration (with collision detection), deregistration, both audited, and
-exposure: which tools exist for a given principal, tenant and scenario. It never holds
-a spec without its implementation, and never runs a tool.
+exposure: which tools exist for a given principal, tenant and request. The rules of
+exposure live in `exposure`; the registry is the one place they are applied to what is
+registered, and the only source of what adapters send. It never holds a spec without
+its implementation, and never runs a tool.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from handrail.audit import Auditor, AuditSink, AuditSubject
 from handrail.clock import Clock, SystemClock
 from handrail.definition import Tool
 from handrail.errors import DuplicateToolError, UnknownToolError
+from handrail.exposure import Exposure, ExposureRequest, barred, select_tools
 from handrail.principal import Principal
 from handrail.spec import ToolSpec
 
@@ -89,36 +92,42 @@ class Registry:
         in stage 4, not a tool that does not exist.
         """
         found = self._tools.get(name)
-        if found is None or found.spec.forbidden or not found.spec.enabled_for(principal.tenant_id):
+        if found is None or barred(found.spec, principal.tenant_id) is not None:
             return None
         return found
+
+    def exposure(
+        self,
+        principal: Principal,
+        request: ExposureRequest | None = None,
+    ) -> Exposure:
+        """The minimal toolset of one request, with every other tool and why it is out.
+
+        `request` carries the scenario, risk ceiling, preferred tools and the model's
+        capabilities (see `exposure` for the rules and the order of the cut); without
+        one, every tool the principal may see is shown. Never includes forbidden (L4)
+        or disabled tools, or tools of other tenants: `Exposure` refuses to hold them.
+        """
+        return select_tools(self.specs(), principal, request or ExposureRequest())
 
     def exposed(self, principal: Principal, *, scenario: str | None = None) -> tuple[ToolSpec, ...]:
         """The specs to send to the model for this principal (and scenario), by name.
 
         Never includes forbidden (L4) or disabled tools, tools of other tenants, or
-        tools whose permissions the principal lacks.
+        tools whose permissions the principal lacks. No capability limit applies; use
+        `exposure` for one request's minimal toolset and its report.
         """
-        specs = []
-        for name in sorted(self._tools):
-            spec = self._tools[name].spec
-            if spec.forbidden or not spec.enabled_for(principal.tenant_id):
-                continue
-            if not principal.has_permissions(spec.permissions):
-                continue
-            if scenario is not None and spec.scenarios and scenario not in spec.scenarios:
-                continue
-            specs.append(spec)
-        return tuple(specs)
+        return self.exposure(principal, ExposureRequest(scenario=scenario)).included
 
     def in_namespace(self, namespace: str) -> tuple[ToolSpec, ...]:
         """Specs whose name starts with `namespace.`, by name."""
         prefix = namespace.rstrip(".") + "."
-        return tuple(self._tools[n].spec for n in sorted(self._tools) if n.startswith(prefix))
+        return tuple(spec for spec in self.specs() if spec.name.startswith(prefix))
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        """Every registered spec, by name."""
-        return tuple(self._tools[n].spec for n in sorted(self._tools))
+        """Every registered spec, by name, from one consistent table."""
+        table = self._tools  # writes swap the table; read one version of it
+        return tuple(table[n].spec for n in sorted(table))
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
