@@ -32,7 +32,8 @@ from handrail import (
     ToolRetryable,
     tool,
 )
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, StoreError
+from handrail.exposure import ExposureRequest
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 READER = Principal(user_id="u", tenant_id="t1", permissions=frozenset({"r"}))
@@ -572,3 +573,33 @@ async def test_a_limited_call_is_refused_retryably_after_authorization_and_never
     denied = await gate.handle(_call("probe"), Principal(user_id="x", tenant_id="t1"))
     assert denied.error_type is ErrorCode.PERMISSION_DENIED
     assert limiter.asked == ["u"]
+
+
+@pytest.mark.anyio
+async def test_a_tool_outside_the_requests_exposure_is_unknown_even_if_permitted() -> None:
+    counter = _Counter()
+    shown = _counted_tool(counter, name="shown", scenarios={"support"})
+    hidden = _counted_tool(counter, name="hidden", scenarios={"billing"})
+    gate, _ = _gate(shown, hidden)
+    exposure = gate.registry.exposure(READER, ExposureRequest(scenario="support"))
+    assert exposure.names == ("shown",)
+    refused = await gate.handle(_call("hidden"), READER, exposure=exposure)
+    assert refused.error_type is ErrorCode.UNKNOWN_TOOL
+    assert counter.calls == 0
+    [batch] = await gate.handle_batch([_call("hidden")], READER, exposure=exposure)
+    assert batch.error_type is ErrorCode.UNKNOWN_TOOL
+    assert (await gate.handle(_call("shown"), READER, exposure=exposure)).status is Status.OK
+
+
+@pytest.mark.anyio
+async def test_a_limiter_whose_store_fails_refuses_the_call_as_transient() -> None:
+    class Broken:
+        async def acquire(self, principal: Principal, spec: object) -> float | None:
+            raise StoreError("redis down")
+
+    counter = _Counter()
+    gate, audit = _gate(_counted_tool(counter), limiter=Broken())
+    envelope = await gate.handle(_call("probe"), READER)
+    assert (envelope.error_type, envelope.retryable) == (ErrorCode.TRANSIENT, True)
+    assert counter.calls == 0
+    assert audit.events[-1].stage == "quota"

@@ -28,10 +28,14 @@ from handrail.errors import (
     ToolRetryable,
     ToolSignal,
 )
+from handrail.exposure import Exposure, ExposureRequest, ModelCapabilities
 from handrail.gate import Gate
-from handrail.policy import Decision, Outcome, Policy
+from handrail.guard import ConversationGuard, MemoryGuardState
+from handrail.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
 from handrail.principal import Principal
+from handrail.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
 from handrail.registry import Registry
+from handrail.routing import Intent, Route, Router
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -48,6 +52,7 @@ from handrail.store import SqliteStore, Store
 from handrail.validation import ArgumentLimits
 
 __all__ = [
+    "AllowAll",
     "ArgumentLimits",
     "AuditEvent",
     "AuditSink",
@@ -57,30 +62,47 @@ __all__ = [
     "ConfirmationMode",
     "ConfirmationPolicy",
     "Conflict",
+    "ConversationGuard",
     "Decision",
     "Envelope",
     "ErrorCode",
     "ErrorDetail",
+    "Exposure",
+    "ExposureRequest",
     "FromPrincipal",
     "Gate",
     "HandrailError",
     "IdempotencyMode",
     "IdempotencyPolicy",
+    "Intent",
+    "Limiter",
     "MemoryAuditSink",
+    "MemoryGuardState",
+    "ModelCapabilities",
     "NeedsClarification",
     "NotFound",
     "Outcome",
     "Policy",
+    "PolicyEngine",
     "Principal",
+    "Quota",
+    "QuotaPolicy",
+    "Rate",
+    "RateLimiter",
     "RegistrationError",
     "Registry",
+    "Resolved",
     "RetryPolicy",
     "RiskLevel",
+    "Route",
+    "Router",
+    "Rule",
     "SideEffect",
     "SqliteStore",
     "Status",
     "Store",
     "SystemClock",
+    "TenantQuota",
     "Tool",
     "ToolCall",
     "ToolContext",

@@ -25,7 +25,8 @@ from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
 from handrail.envelope import Envelope, ErrorDetail, Status
-from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
+from handrail.errors import ConfigurationError, ErrorCode, Refusal, StoreError, ToolSignal
+from handrail.exposure import Exposure
 from handrail.guard import ConversationGuard
 from handrail.policy import Decision, Policy, check_permissions, describe, refusal_for
 from handrail.principal import Principal
@@ -178,13 +179,16 @@ class Gate:
         *,
         timeout: float | None = None,
         conversation: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
         `timeout` is the whole request's budget in seconds; the tool gets the smaller
         of its own timeout and what is left of that budget. `conversation` is the host's
         id of the conversation the call belongs to (never the model's); with a guard
-        configured, it is what denials are remembered by.
+        configured, it is what denials are remembered by. `exposure` is what this
+        request showed the model (`Registry.exposure`): a tool outside it is UNKNOWN_TOOL
+        even if the principal could otherwise use it.
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         trail = (
@@ -197,7 +201,7 @@ class Gate:
             if guard is not None and conversation is not None:
                 await guard.admit(principal, conversation)
             tool = self._registry.lookup(call.name, principal)
-            if tool is None:
+            if tool is None or (exposure is not None and call.name not in exposure.names):
                 raise Refusal(
                     ErrorCode.UNKNOWN_TOOL,
                     "No tool of that name is available. Use only the tools you were given.",
@@ -266,7 +270,17 @@ class Gate:
                 trail.record("authorization", "pass")
 
             if self._limiter is not None:
-                retry_after = await self._limiter.acquire(principal, tool.spec)
+                try:
+                    retry_after = await self._limiter.acquire(principal, tool.spec)
+                except StoreError as exc:
+                    # Fail closed, but say a retry may pass: the limiter's store is down.
+                    raise Refusal(
+                        ErrorCode.TRANSIENT,
+                        "The call could not be admitted right now; retry it shortly.",
+                        stage="quota",
+                        retryable=True,
+                        detail=_describe(exc),
+                    ) from None
                 if retry_after is not None:
                     raise Refusal(
                         ErrorCode.RATE_LIMITED,
@@ -336,6 +350,7 @@ class Gate:
         *,
         timeout: float | None = None,
         conversation: str | None = None,
+        exposure: Exposure | None = None,
     ) -> list[Envelope]:
         """Handle the calls of one model turn; envelopes come back in call order.
 
@@ -365,13 +380,20 @@ class Gate:
                     principal,
                     deadline,
                     conversation,
+                    exposure,
                 )
 
         async with asyncio.TaskGroup() as group:
             for index in concurrent:
                 group.create_task(bounded(index))
         for index in serial:
-            results[index] = await self._handle_by(calls[index], principal, deadline, conversation)
+            results[index] = await self._handle_by(
+                calls[index],
+                principal,
+                deadline,
+                conversation,
+                exposure,
+            )
         return [r for r in results if r is not None]
 
     async def _handle_by(
@@ -380,6 +402,7 @@ class Gate:
         principal: Principal,
         deadline: float,
         conversation: str | None,
+        exposure: Exposure | None,
     ) -> Envelope:
         """`handle` under a deadline shared with other calls (on the gate's clock)."""
         return await self.handle(
@@ -387,6 +410,7 @@ class Gate:
             principal,
             timeout=deadline - self._clock.monotonic(),
             conversation=conversation,
+            exposure=exposure,
         )
 
     def handle_sync(
@@ -396,11 +420,18 @@ class Gate:
         *,
         timeout: float | None = None,
         conversation: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Envelope:
         """`handle` for applications without an event loop."""
         _require_no_running_loop()
         return asyncio.run(
-            self.handle(call, principal, timeout=timeout, conversation=conversation),
+            self.handle(
+                call,
+                principal,
+                timeout=timeout,
+                conversation=conversation,
+                exposure=exposure,
+            ),
         )
 
     def handle_batch_sync(
@@ -410,11 +441,18 @@ class Gate:
         *,
         timeout: float | None = None,
         conversation: str | None = None,
+        exposure: Exposure | None = None,
     ) -> list[Envelope]:
         """`handle_batch` for applications without an event loop."""
         _require_no_running_loop()
         return asyncio.run(
-            self.handle_batch(calls, principal, timeout=timeout, conversation=conversation),
+            self.handle_batch(
+                calls,
+                principal,
+                timeout=timeout,
+                conversation=conversation,
+                exposure=exposure,
+            ),
         )
 
     # --- the path of one call ----------------------------------------------------------------

@@ -39,6 +39,8 @@ from handrail.adapters.transcript import (
     UserTurn,
     pair_results,
 )
+from handrail.errors import ConfigurationError
+from handrail.exposure import ExposureRequest
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.spec import ToolSpec
@@ -111,6 +113,15 @@ def exposed_definitions(
     fmt: DefinitionFormat,
     *,
     scenario: str | None = None,
+    request: ExposureRequest | None = None,
 ) -> list[dict[str, Any]]:
-    """The definitions of exactly what `registry` exposes to `principal` (and scenario)."""
-    return tool_definitions(registry.exposed(principal, scenario=scenario), fmt)
+    """The definitions of exactly what `registry` exposes to `principal` for a request.
+
+    `request` (scenario, risk ceiling, model capabilities) picks the minimal toolset;
+    `scenario` alone is the short form of a request that only names its scenario.
+    """
+    if request is None:
+        return tool_definitions(registry.exposed(principal, scenario=scenario), fmt)
+    if scenario is not None:
+        raise ConfigurationError("give the scenario inside the request, not beside it")
+    return tool_definitions(registry.exposure(principal, request).included, fmt)
