@@ -17,6 +17,8 @@ from urllib.parse import unquote
 import jsonschema_rs
 
 from handrail.adapters._common import plain_json
+from handrail.errors import SchemaError
+from handrail.schema import compile_validator_map
 
 __all__ = ["Restorer", "admits_null", "resolve"]
 
@@ -185,14 +187,10 @@ class Restorer:
         return candidates[min(scored)[1]] if scored else value
 
     def _validator_map(self) -> jsonschema_rs.ValidatorMap | None:
-        # Compiled on first need: most calls have no union to choose in. Like
-        # `handrail.schema.compile_validator`, with formats asserted.
+        # Compiled on first need: most calls have no union to choose in.
         if self._validators is None:
             try:
-                self._validators = jsonschema_rs.validator_map_for(
-                    self._schema,
-                    validate_formats=True,
-                )
-            except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
+                self._validators = compile_validator_map(self._schema)
+            except SchemaError:
                 return None
         return self._validators
