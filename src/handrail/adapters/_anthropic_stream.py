@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from handrail.adapters._names import name_from_wire
+from handrail.adapters._names import name_from_wire, wire_name_defect
 from handrail.adapters.base import UntranslatableError
 from handrail.calls import ToolCall
 
@@ -42,12 +42,13 @@ def wire_field(obj: object, name: str) -> object:
 
 
 def _identity(block: object) -> tuple[str, str, str | None]:
-    """The verbatim id, the Handrail name and, when the id is unusable, why."""
+    """The verbatim id, the Handrail name and, when the id or name is unusable, why."""
     call_id, name = wire_field(block, "id"), wire_field(block, "name")
-    name = name_from_wire(name) if isinstance(name, str) else ""
+    wire = name if isinstance(name, str) else ""
     if isinstance(call_id, str) and call_id:
-        return call_id, name, None
-    return (call_id if isinstance(call_id, str) else ""), name, "the tool_use block has no id"
+        return call_id, name_from_wire(wire), wire_name_defect(wire)
+    missing = "the tool_use block has no id"
+    return (call_id if isinstance(call_id, str) else ""), name_from_wire(wire), missing
 
 
 def _input(value: object) -> tuple[Arguments, str | None]:

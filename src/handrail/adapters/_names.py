@@ -18,6 +18,7 @@ __all__ = [
     "name_from_wire",
     "name_to_wire",
     "to_wire_name",
+    "wire_name_defect",
 ]
 
 WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -71,8 +72,9 @@ def from_wire_name(wire: str) -> str | None:
 def name_from_wire(wire: str) -> str:
     """The Handrail name a model's call names; an unmappable name is kept verbatim.
 
-    For parsing calls: a name no tool could have is passed on unchanged, so that the
-    gate refuses it as UNKNOWN_TOOL and the transcript keeps what the model wrote.
+    For parsing calls and transcripts: a name no tool could have is passed on unchanged,
+    so that the transcript keeps what the model wrote; `wire_name_defect` says whether
+    the call may run at all.
     """
     return from_wire_name(wire) or wire
 
@@ -87,3 +89,15 @@ def name_to_wire(name: str) -> str:
         return to_wire_name(name)
     except ConfigurationError:
         return name
+
+
+def wire_name_defect(wire: str) -> str | None:
+    """Why a call's tool name must not run: it is not the wire name of any Handrail name.
+
+    Only names `to_wire_name` produces resolve, so `shop.search` sent where Handrail
+    sent `shop__search` (Gemini allows dots) never reaches a tool by a second spelling.
+    Adapters set this as the call's defect; the gate then refuses it at stage 1.
+    """
+    if from_wire_name(wire) is None:
+        return "the tool name is not the wire name of any tool Handrail sends"
+    return None

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, assert_never
 
 from handrail.adapters._common import plain_json, sendable
-from handrail.adapters._names import from_wire_name, name_from_wire, name_to_wire
+from handrail.adapters._names import name_from_wire, name_to_wire, wire_name_defect
 from handrail.adapters._strict import Restorer, make_strict, report_unsupported
 from handrail.adapters.base import (
     Definitions,
@@ -140,8 +140,7 @@ def make_call(
         reasons.append("the call has no id")
         call_id = call_id if isinstance(call_id, str) else ""
     wire = name if isinstance(name, str) else ""
-    if from_wire_name(wire) is None:
-        reasons.append("the tool name is not the wire name of any tool Handrail sends")
+    reasons.append(wire_name_defect(wire))
     if arguments is not None and not isinstance(arguments, str | Mapping):
         reasons.append("the arguments are neither JSON text nor an object")
         arguments = None

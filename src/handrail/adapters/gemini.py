@@ -43,7 +43,12 @@ import pydantic
 import pydantic_core
 
 from handrail.adapters._common import plain_json, sendable
-from handrail.adapters._names import name_from_wire, name_to_wire, to_wire_name
+from handrail.adapters._names import (
+    name_from_wire,
+    name_to_wire,
+    to_wire_name,
+    wire_name_defect,
+)
 from handrail.adapters._openapi import to_openapi
 from handrail.adapters.base import (
     Definitions,
@@ -325,7 +330,7 @@ def _calls(
                 arguments=_arguments_in(args),
                 provider=PROVIDER,
                 raw=dict(part),
-                defect=defect or _fragment_defect(function_call),
+                defect=defect or _fragment_defect(function_call) or wire_name_defect(name),
             ),
         )
     return calls
