@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Annotated, Literal
 
 import pytest
@@ -67,6 +69,31 @@ async def search(
 def stock(ctx: ToolContext, book_id: Annotated[str, Field(max_length=16)]) -> int:
     """How many copies of a book are in stock (a sync tool)."""
     return int(str(BOOKS[ctx.principal.tenant_id][book_id]["stock"]))
+
+
+REDIS_HOST = "127.0.0.1"
+REDIS_PORT = 6379
+
+
+def _redis_answers() -> bool:
+    try:
+        with socket.create_connection((REDIS_HOST, REDIS_PORT), timeout=0.5) as sock:
+            sock.settimeout(0.5)
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis; skips when it does not answer, fails instead when CI=true."""
+    if not _redis_answers():
+        reason = f"no Redis answers PING at {REDIS_HOST}:{REDIS_PORT}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must start one before the tests")
+        pytest.skip(reason)
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}"
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ that is a failure.
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
@@ -85,27 +83,6 @@ async def _allowed(limiter: RateLimiter, principal: Principal, spec: ToolSpec, c
 
 
 # --- Redis: reachable, or skipped, or (under CI) a failure ---------------------------------
-
-
-def _redis_answers() -> bool:
-    try:
-        with socket.create_connection((REDIS_HOST, REDIS_PORT), timeout=0.5) as sock:
-            sock.settimeout(0.5)
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """The test Redis; skips when it does not answer, fails instead when CI=true."""
-    if not _redis_answers():
-        reason = f"no Redis answers PING at {REDIS_HOST}:{REDIS_PORT}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}; CI must start one before the tests")
-        pytest.skip(reason)
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}"
 
 
 async def _keys_under(url: str, prefix: str, *, delete: bool) -> list[str]:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import queue
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from multiprocessing.synchronize import Barrier
@@ -53,27 +51,6 @@ FIFTY_FOR_ALICE = QuotaPolicy(
     ),
     tools={"shop.search": Quota(per_tool=(Rate(amount=1000, seconds=HOUR),))},
 )
-
-
-def _redis_answers() -> bool:
-    try:
-        with socket.create_connection((REDIS_HOST, REDIS_PORT), timeout=0.5) as sock:
-            sock.settimeout(0.5)
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """The test Redis; skips when it does not answer, fails instead when CI=true."""
-    if not _redis_answers():
-        reason = f"no Redis answers PING at {REDIS_HOST}:{REDIS_PORT}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}; CI must start one before the tests")
-        pytest.skip(reason)
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}"
 
 
 async def _delete_keys(url: str, prefix: str) -> None:
