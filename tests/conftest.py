@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
+import coredis
 import pytest
 from hypothesis import settings
 from pydantic import BaseModel, Field
@@ -20,6 +23,7 @@ from handrail import (
     ToolContext,
     tool,
 )
+from handrail.quota import QuotaPolicy, RateLimiter
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 # The machine is small and shared: a slow example is not a failure, so no deadlines.
@@ -94,6 +98,62 @@ def redis_url() -> str:
             pytest.fail(f"{reason}; CI must start one before the tests")
         pytest.skip(reason)
     return f"redis://{REDIS_HOST}:{REDIS_PORT}"
+
+
+async def _keys_under(url: str, prefix: str, *, delete: bool) -> list[str]:
+    """The keys under `prefix` (deleted too, when asked), read with a client of our own."""
+    client = coredis.Redis.from_url(url, decode_responses=True)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys and delete:
+            await client.delete(tuple(keys))
+    finally:
+        client.connection_pool.disconnect()
+    return sorted(keys)
+
+
+@pytest.fixture
+def redis_keys(redis_url: str) -> Callable[..., Awaitable[list[str]]]:
+    """`await redis_keys(prefix, delete=False)`: the test Redis's keys under a prefix."""
+
+    async def keys(prefix: str, *, delete: bool = False) -> list[str]:
+        return await _keys_under(redis_url, prefix, delete=delete)
+
+    return keys
+
+
+@pytest.fixture
+async def key_prefix(redis_url: str) -> AsyncIterator[str]:
+    """A Redis key prefix of this test alone; its keys are deleted afterwards."""
+    prefix = f"handrail-test-{uuid.uuid4().hex}"
+    yield prefix
+    await _keys_under(redis_url, prefix, delete=True)
+
+
+@pytest.fixture(params=["in_process", "redis"])
+async def make_limiter(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Callable[[QuotaPolicy], RateLimiter]]:
+    """Builds limiters on one storage; Redis limiters of one test share a fresh key prefix."""
+    made: list[RateLimiter] = []
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    prefix = f"handrail-test-{uuid.uuid4().hex}"
+
+    def make(policy: QuotaPolicy) -> RateLimiter:
+        limiter = (
+            RateLimiter.in_process(policy=policy)
+            if url is None
+            else RateLimiter.redis(url, policy=policy, key_prefix=prefix)
+        )
+        made.append(limiter)
+        return limiter
+
+    yield make
+    for limiter in made:
+        await limiter.aclose()
+    if url is not None:
+        await _keys_under(url, prefix, delete=True)
+        assert await _keys_under(url, prefix, delete=False) == []
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ that is a failure.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import anyio
-import coredis
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,45 +79,6 @@ MALLORY = _user("mallory", "t2")
 async def _allowed(limiter: RateLimiter, principal: Principal, spec: ToolSpec, calls: int) -> int:
     """How many of `calls` sequential acquires were allowed."""
     return sum([await limiter.acquire(principal, spec) is None for _ in range(calls)])
-
-
-# --- Redis: reachable, or skipped, or (under CI) a failure ---------------------------------
-
-
-async def _keys_under(url: str, prefix: str, *, delete: bool) -> list[str]:
-    """The keys under `prefix` (deleted too, when asked), read with a client of our own."""
-    client = coredis.Redis.from_url(url, decode_responses=True)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys and delete:
-            await client.delete(tuple(keys))
-    finally:
-        client.connection_pool.disconnect()
-    return sorted(keys)
-
-
-@pytest.fixture(params=["in_process", "redis"])
-async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[MakeLimiter]:
-    """Builds limiters on one storage; Redis limiters of one test share a fresh key prefix."""
-    made: list[RateLimiter] = []
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    prefix = f"handrail-test-{uuid.uuid4().hex}"
-
-    def make(policy: QuotaPolicy) -> RateLimiter:
-        limiter = (
-            RateLimiter.in_process(policy=policy)
-            if url is None
-            else RateLimiter.redis(url, policy=policy, key_prefix=prefix)
-        )
-        made.append(limiter)
-        return limiter
-
-    yield make
-    for limiter in made:
-        await limiter.aclose()
-    if url is not None:
-        await _keys_under(url, prefix, delete=True)
-        assert await _keys_under(url, prefix, delete=False) == []
 
 
 # --- declarations --------------------------------------------------------------------------
@@ -460,6 +420,7 @@ async def test_the_gate_refuses_retryably_after_the_limit_and_runs_the_tool_that
 @pytest.mark.anyio
 async def test_every_redis_key_starts_with_the_prefix_and_names_scope_and_tenant(
     redis_url: str,
+    redis_keys: Callable[..., Awaitable[list[str]]],
 ) -> None:
     prefix = f"handrail-test-{uuid.uuid4().hex}"
     policy = QuotaPolicy(
@@ -471,7 +432,7 @@ async def test_every_redis_key_starts_with_the_prefix_and_names_scope_and_tenant
         assert await limiter.acquire(_user("a/b", "t:1"), SEARCH) is None
     finally:
         await limiter.aclose()
-        keys = await _keys_under(redis_url, prefix, delete=True)
+        keys = await redis_keys(prefix, delete=True)
     assert keys == [
         f"{prefix}:handrail/principal/t%3A1/a%2Fb/5/3600/second",
         f"{prefix}:handrail/tenant/t%3A1/9/3600/second",

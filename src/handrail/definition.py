@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 import pydantic
@@ -66,7 +66,6 @@ class Tool:
     validators: tuple[BusinessValidator, ...] = ()
     needs_context: bool = True
     """False only when neither the tool nor a validator reads a ToolContext."""
-    _source: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -123,7 +122,6 @@ class Tool:
             _model=self._model,
             validators=(*self.validators, *validators),
             needs_context=self.needs_context or bool(validators),
-            _source=self._source,
         )
 
     @classmethod
@@ -196,7 +194,6 @@ class Tool:
             _validator=compile_validator(facing),
             _model=None,
             validators=tuple(validators),
-            _source=fn,
         )
 
 
@@ -363,7 +360,6 @@ def tool(
             needs_context=bool(
                 derived.context_parameter is not None or derived.trusted or validators_,
             ),
-            _source=fn,
         )
 
     return decorate

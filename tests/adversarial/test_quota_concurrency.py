@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import queue
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 
 import anyio
 import anyio.to_thread
-import coredis
 import pytest
 
 from handrail import Principal, RiskLevel, SideEffect, ToolSpec
@@ -51,47 +49,6 @@ FIFTY_FOR_ALICE = QuotaPolicy(
     ),
     tools={"shop.search": Quota(per_tool=(Rate(amount=1000, seconds=HOUR),))},
 )
-
-
-async def _delete_keys(url: str, prefix: str) -> None:
-    client = coredis.Redis.from_url(url, decode_responses=True)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(tuple(keys))
-    finally:
-        client.connection_pool.disconnect()
-
-
-@pytest.fixture
-async def key_prefix(redis_url: str) -> AsyncIterator[str]:
-    """A Redis key prefix of this test alone; its keys are deleted afterwards."""
-    prefix = f"handrail-test-{uuid.uuid4().hex}"
-    yield prefix
-    await _delete_keys(redis_url, prefix)
-
-
-@pytest.fixture(params=["in_process", "redis"])
-async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[MakeLimiter]:
-    """Builds limiters on one storage; Redis limiters of one test share their buckets."""
-    made: list[RateLimiter] = []
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    prefix = f"handrail-test-{uuid.uuid4().hex}"
-
-    def make(policy: QuotaPolicy) -> RateLimiter:
-        limiter = (
-            RateLimiter.in_process(policy=policy)
-            if url is None
-            else RateLimiter.redis(url, policy=policy, key_prefix=prefix)
-        )
-        made.append(limiter)
-        return limiter
-
-    yield make
-    for limiter in made:
-        await limiter.aclose()
-    if url is not None:
-        await _delete_keys(url, prefix)
 
 
 async def _allowed_concurrently(

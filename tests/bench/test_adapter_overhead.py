@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-
-_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "adapter_overhead.py"
 
 
 def test_every_format_is_parsed_rendered_and_reported(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    load_bench: Callable[[str], ModuleType],
 ) -> None:
-    spec = importlib.util.spec_from_file_location("adapter_overhead", _SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        out = tmp_path / "r.json"
-        assert module.main(["--rounds", "1", "--calls", "2", "--json", str(out)]) == 0
-    finally:
-        del sys.modules[spec.name]
+    module = load_bench("adapter_overhead")
+    out = tmp_path / "r.json"
+    assert module.main(["--rounds", "1", "--calls", "2", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     assert set(results) == {"openai-chat", "openai-responses", "anthropic", "gemini"}
     assert all(row["ratio"] > 0 for row in results.values())

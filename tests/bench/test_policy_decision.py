@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-
-_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "policy_decision.py"
 
 
 def test_every_case_is_checked_measured_and_reported(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    load_bench: Callable[[str], ModuleType],
 ) -> None:
-    spec = importlib.util.spec_from_file_location("policy_decision", _SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        out = tmp_path / "result.json"
-        assert module.main(["--rounds", "1", "--calls", "3", "--json", str(out)]) == 0
-    finally:
-        del sys.modules[spec.name]
+    module = load_bench("policy_decision")
+    out = tmp_path / "result.json"
+    assert module.main(["--rounds", "1", "--calls", "3", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     assert set(results) == {
         "dict",
