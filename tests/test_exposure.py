@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handrail import Principal, Registry, RiskLevel, SideEffect, Tool, ToolSpec
+from handrail import (
+    IdempotencyMode,
+    IdempotencyPolicy,
+    Principal,
+    Registry,
+    RiskLevel,
+    SideEffect,
+    Tool,
+    ToolSpec,
+)
 from handrail.errors import ConfigurationError
 from handrail.exposure import (
     ExclusionReason,
@@ -51,6 +60,9 @@ def spec(
         scenarios=frozenset(scenarios),
         enabled=enabled,
         enabled_tenants=None if tenants is None else frozenset(tenants),
+        idempotency=IdempotencyPolicy(
+            mode=IdempotencyMode.COMMAND_ID if writes else IdempotencyMode.NONE,
+        ),
     )
 
 

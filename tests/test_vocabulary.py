@@ -119,6 +119,12 @@ def test_error_codes_are_the_stable_strings_of_the_design() -> None:
         "FAILED_FINAL",
         "BUDGET_EXHAUSTED",
         "CANCELLED",
+        # Extensions for the confirmation of plans (the design's list only grows).
+        "CONFIRMATION_INVALID",
+        "CONFIRMATION_REPLAYED",
+        "PLAN_EXPIRED",
+        "PLAN_CHANGED",
+        "PLAN_CLOSED",
     }
 
 

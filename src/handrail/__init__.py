@@ -14,6 +14,7 @@ from handrail.audit import (
 )
 from handrail.calls import ToolCall
 from handrail.clock import Clock, SystemClock
+from handrail.confirmation import ConfirmationToken, Keyring, SigningKey
 from handrail.context import ToolContext
 from handrail.definition import Tool, tool
 from handrail.envelope import Envelope, ErrorDetail, Status
@@ -23,17 +24,24 @@ from handrail.errors import (
     HandrailError,
     NeedsClarification,
     NotFound,
+    RateLimited,
     RegistrationError,
     ToolFailed,
     ToolRetryable,
     ToolSignal,
+    VersionConflict,
+    WriteRefusedError,
 )
+from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.executor import WriteOutcome
 from handrail.exposure import Exposure, ExposureRequest, ModelCapabilities
 from handrail.gate import Gate
 from handrail.guard import ConversationGuard, MemoryGuardState
+from handrail.plans import Amount, Impact, Plan, PlanRecord, PlanState
 from handrail.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
 from handrail.principal import Principal
 from handrail.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
+from handrail.reconcile import Found, NoProof, NotExecuted, Reconciler
 from handrail.registry import Registry
 from handrail.routing import Intent, Route, Router
 from handrail.spec import (
@@ -42,17 +50,21 @@ from handrail.spec import (
     FromPrincipal,
     IdempotencyMode,
     IdempotencyPolicy,
+    IdempotencyScope,
+    ReconcilePolicy,
     RetryPolicy,
     RiskLevel,
     SideEffect,
     ToolHints,
     ToolSpec,
 )
-from handrail.store import SqliteStore, Store
+from handrail.store import PostgresStore, SqliteStore, Store, open_store
 from handrail.validation import ArgumentLimits
+from handrail.writes import Writes
 
 __all__ = [
     "AllowAll",
+    "Amount",
     "ArgumentLimits",
     "AuditEvent",
     "AuditSink",
@@ -61,34 +73,50 @@ __all__ = [
     "Clock",
     "ConfirmationMode",
     "ConfirmationPolicy",
+    "ConfirmationToken",
     "Conflict",
     "ConversationGuard",
     "Decision",
     "Envelope",
     "ErrorCode",
     "ErrorDetail",
+    "ExecutionRecord",
+    "ExecutionStatus",
     "Exposure",
     "ExposureRequest",
+    "Found",
     "FromPrincipal",
     "Gate",
     "HandrailError",
     "IdempotencyMode",
     "IdempotencyPolicy",
+    "IdempotencyScope",
+    "Impact",
     "Intent",
+    "Keyring",
     "Limiter",
     "MemoryAuditSink",
     "MemoryGuardState",
     "ModelCapabilities",
     "NeedsClarification",
+    "NoProof",
+    "NotExecuted",
     "NotFound",
     "Outcome",
+    "Plan",
+    "PlanRecord",
+    "PlanState",
     "Policy",
     "PolicyEngine",
+    "PostgresStore",
     "Principal",
     "Quota",
     "QuotaPolicy",
     "Rate",
+    "RateLimited",
     "RateLimiter",
+    "ReconcilePolicy",
+    "Reconciler",
     "RegistrationError",
     "Registry",
     "Resolved",
@@ -98,6 +126,7 @@ __all__ = [
     "Router",
     "Rule",
     "SideEffect",
+    "SigningKey",
     "SqliteStore",
     "Status",
     "Store",
@@ -111,5 +140,10 @@ __all__ = [
     "ToolRetryable",
     "ToolSignal",
     "ToolSpec",
+    "VersionConflict",
+    "WriteOutcome",
+    "WriteRefusedError",
+    "Writes",
+    "open_store",
     "tool",
 ]

@@ -7,9 +7,13 @@ parameter never appears in the schema the model sees.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from handrail.clock import Clock
 from handrail.principal import Principal
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["ToolContext"]
 
@@ -20,6 +24,12 @@ class ToolContext:
 
     `deadline` is on the clock's monotonic scale. Tools pass `remaining()` to whatever
     they call downstream so no stage gets a fresh full timeout.
+
+    For writes, `idempotency_key` is the stable key to pass downstream so that system
+    can dedupe too; `expected_version` is the target version the plan was confirmed
+    against (compare it in the same statement that writes); `transaction` is set for
+    LOCAL_WRITE tools: write the effect on it and it commits with the execution record,
+    or not at all. `attempt` counts from 1 across retries and reconciliation.
     """
 
     principal: Principal
@@ -28,6 +38,9 @@ class ToolContext:
     deadline: float
     clock: Clock
     idempotency_key: str | None = None
+    expected_version: str | None = None
+    transaction: sa.Connection | None = None
+    attempt: int = 1
 
     def remaining(self) -> float:
         """Seconds left before the deadline, never negative."""

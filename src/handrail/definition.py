@@ -8,10 +8,11 @@ never decides whether it may run; the gate does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import pydantic
 from pydantic import BaseModel
@@ -19,12 +20,16 @@ from pydantic import BaseModel
 from handrail.canonical import content_version
 from handrail.context import ToolContext
 from handrail.errors import ErrorCode, Refusal, RegistrationError
+from handrail.plans import Impact
 from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
 from handrail.schema import prepare_raw_schema as _prepare_raw_schema
 from handrail.spec import (
+    ConfirmationMode,
     ConfirmationPolicy,
     FromPrincipal,
+    IdempotencyMode,
     IdempotencyPolicy,
+    ReconcilePolicy,
     RetryPolicy,
     RiskLevel,
     SideEffect,
@@ -32,13 +37,37 @@ from handrail.spec import (
     ToolSpec,
 )
 
-__all__ = ["BoundArguments", "BusinessValidator", "Tool", "tool"]
+if TYPE_CHECKING:
+    from handrail.reconcile import Reconciled
+
+__all__ = [
+    "BoundArguments",
+    "BusinessIdSource",
+    "BusinessValidator",
+    "ImpactHook",
+    "ReconcileHook",
+    "Tool",
+    "VersionHook",
+    "tool",
+]
 
 BusinessValidator: TypeAlias = Callable[[Any, ToolContext], Awaitable[None] | None]
 """`(arguments, ctx)`; raises NotFound, Conflict or NeedsClarification to refuse.
 
 `arguments` is the tool's argument model (decorated tools) or a dict (raw-schema tools).
 """
+
+VersionHook: TypeAlias = Callable[[Any, ToolContext], "Awaitable[str | None] | str | None"]
+"""`(arguments, ctx) -> version`: the target's current version, bound into the plan."""
+
+ImpactHook: TypeAlias = Callable[[Any, ToolContext], "Awaitable[Impact] | Impact"]
+"""`(arguments, ctx) -> Impact`: what the write will do, for the people who confirm it."""
+
+ReconcileHook: TypeAlias = Callable[[str, ToolContext], "Awaitable[Reconciled] | Reconciled"]
+"""`(idempotency_key, ctx)`: asks the downstream system what became of that key."""
+
+BusinessIdSource: TypeAlias = str | Callable[[Any], "str | None"]
+"""A result field name, or a function of the result, giving the downstream object's id."""
 
 _Invoke: TypeAlias = Callable[["BoundArguments", ToolContext | None], Coroutine[Any, Any, object]]
 
@@ -66,6 +95,39 @@ class Tool:
     validators: tuple[BusinessValidator, ...] = ()
     needs_context: bool = True
     """False only when neither the tool nor a validator reads a ToolContext."""
+    resolve_version: VersionHook | None = None
+    impact: ImpactHook | None = None
+    reconcile: ReconcileHook | None = None
+    business_id: BusinessIdSource | None = None
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if spec.read_only and (self.resolve_version or self.impact or self.reconcile):
+            raise RegistrationError(
+                f"tool {spec.name!r} reads only; version, impact and reconcile hooks are "
+                f"for writes",
+            )
+        external = spec.side_effect is SideEffect.EXTERNAL_WRITE
+        if external and spec.retry.max_attempts > 1 and self.reconcile is None:
+            # Retrying a write whose outcome may be unknown is safe only when the
+            # downstream system can be asked what became of the key.
+            raise RegistrationError(
+                f"tool {spec.name!r} is an automatically retried external write, so it "
+                f"needs a reconcile hook",
+            )
+
+    def business_id_of(self, result: object) -> str | None:
+        """The downstream id named by `business_id` in a result, as text, if any."""
+        source = self.business_id
+        if source is None:
+            return None
+        if callable(source):
+            found = source(result)
+        elif isinstance(result, Mapping):
+            found = result.get(source)
+        else:
+            found = getattr(result, source, None)
+        return None if found is None else str(found)[:256]
 
     @property
     def name(self) -> str:
@@ -115,11 +177,8 @@ class Tool:
 
     def with_validators(self, *validators: BusinessValidator) -> Tool:
         """A copy with more business validators, run after the existing ones."""
-        return Tool(
-            spec=self.spec,
-            _invoke=self._invoke,
-            _validator=self._validator,
-            _model=self._model,
+        return dataclasses.replace(
+            self,
             validators=(*self.validators, *validators),
             needs_context=self.needs_context or bool(validators),
         )
@@ -148,6 +207,11 @@ class Tool:
         schema_version: str | None = None,
         description_version: str | None = None,
         validators: Iterable[BusinessValidator] = (),
+        reconcile_policy: ReconcilePolicy | None = None,
+        resolve_version: VersionHook | None = None,
+        impact: ImpactHook | None = None,
+        reconcile: ReconcileHook | None = None,
+        business_id: BusinessIdSource | None = None,
     ) -> Tool:
         """Declare a tool from a raw Draft 2020-12 schema and `fn(arguments, ctx)`.
 
@@ -176,6 +240,7 @@ class Tool:
             hints=hints,
             schema_version=schema_version,
             description_version=description_version,
+            reconcile_policy=reconcile_policy,
         )
         is_async = inspect.iscoroutinefunction(fn)
 
@@ -194,6 +259,10 @@ class Tool:
             _validator=compile_validator(facing),
             _model=None,
             validators=tuple(validators),
+            resolve_version=resolve_version,
+            impact=impact,
+            reconcile=reconcile,
+            business_id=business_id,
         )
 
 
@@ -239,6 +308,7 @@ def _build_spec(
     hints: ToolHints | None,
     schema_version: str | None,
     description_version: str | None,
+    reconcile_policy: ReconcilePolicy | None,
 ) -> ToolSpec:
     description = inspect.cleandoc(description)
     if side_effect is not SideEffect.NONE and confirmation is None:
@@ -257,8 +327,9 @@ def _build_spec(
         permissions=frozenset(permissions),
         timeout=timeout,
         retry=retry or RetryPolicy(),
-        idempotency=idempotency or IdempotencyPolicy(),
+        idempotency=idempotency or _default_idempotency(side_effect, confirmation),
         confirmation=confirmation or ConfirmationPolicy(),
+        reconcile=reconcile_policy or ReconcilePolicy(),
         owner=owner,
         enabled=enabled,
         enabled_tenants=None if enabled_tenants is None else frozenset(enabled_tenants),
@@ -266,6 +337,18 @@ def _build_spec(
         hints=hints or ToolHints(read_only=side_effect is SideEffect.NONE),
         trusted=trusted,
     )
+
+
+def _default_idempotency(
+    side_effect: SideEffect,
+    confirmation: ConfirmationPolicy | None,
+) -> IdempotencyPolicy:
+    """Reads have no key; a confirmed write is keyed by its plan, any other by command id."""
+    if side_effect is SideEffect.NONE:
+        return IdempotencyPolicy()
+    if confirmation is not None and confirmation.mode is not ConfirmationMode.NONE:
+        return IdempotencyPolicy(mode=IdempotencyMode.PLAN)
+    return IdempotencyPolicy(mode=IdempotencyMode.COMMAND_ID)
 
 
 def _signature_invoker(
@@ -310,6 +393,11 @@ def tool(
     schema_version: str | None = None,
     description_version: str | None = None,
     validators: Iterable[BusinessValidator] = (),
+    reconcile_policy: ReconcilePolicy | None = None,
+    resolve_version: VersionHook | None = None,
+    impact: ImpactHook | None = None,
+    reconcile: ReconcileHook | None = None,
+    business_id: BusinessIdSource | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function; the signature becomes its schema.
 
@@ -345,6 +433,7 @@ def tool(
             hints=hints,
             schema_version=schema_version,
             description_version=description_version,
+            reconcile_policy=reconcile_policy,
         )
         return Tool(
             spec=spec,
@@ -360,6 +449,10 @@ def tool(
             needs_context=bool(
                 derived.context_parameter is not None or derived.trusted or validators_,
             ),
+            resolve_version=resolve_version,
+            impact=impact,
+            reconcile=reconcile,
+            business_id=business_id,
         )
 
     return decorate

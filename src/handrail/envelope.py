@@ -11,13 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
 from handrail.errors import ErrorCode
 
-__all__ = ["ENVELOPE_VERSION", "Envelope", "ErrorDetail", "Status"]
+if TYPE_CHECKING:
+    from handrail.spec import ToolSpec
+
+__all__ = ["ENVELOPE_VERSION", "Envelope", "ErrorDetail", "Status", "jsonable", "result_envelope"]
 
 ENVELOPE_VERSION = "1"
 """Version of the envelope contract itself; bumped only on an incompatible change."""
@@ -138,3 +141,67 @@ class Envelope:
         Always valid JSON: a NaN or infinity that slipped into `data` becomes null.
         """
         return pydantic_core.to_json(self.to_model_dict(), inf_nan_mode="null").decode()
+
+
+def jsonable(result: object) -> tuple[Any, bytes]:
+    """A tool result as plain JSON data and its compact encoding.
+
+    Raises ValueError when the result cannot be JSON: an unserialisable object, NaN or
+    an infinity.
+    """
+    try:
+        data = pydantic_core.to_jsonable_python(result)
+        encoded = pydantic_core.to_json(data)
+    except (pydantic_core.PydanticSerializationError, TypeError) as exc:
+        raise ValueError(str(exc)) from exc
+    if _has_non_finite(data, encoded):
+        msg = "the result contains NaN or an infinite number"
+        raise ValueError(msg)
+    return data, encoded
+
+
+def result_envelope(call_id: str, spec: ToolSpec, result: object, max_chars: int) -> Envelope:
+    """The envelope of a successful result: ok, empty, or truncated when over `max_chars`.
+
+    Raises ValueError for a result that cannot be JSON (see `jsonable`).
+    """
+    data, encoded = jsonable(result)
+    name = spec.name
+    size = len(encoded)
+    if size > max_chars:
+        return Envelope(
+            call_id=call_id,
+            tool=name,
+            status=Status.TRUNCATED,
+            summary=(
+                f"{name} returned about {size} characters, more than the limit of "
+                f"{max_chars}; the data was withheld. Ask for less."
+            ),
+            truncated=True,
+            schema_version=spec.schema_version,
+        )
+    if data is None or (isinstance(data, list | dict | str) and not data):
+        status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
+    elif isinstance(data, list):
+        status, summary = Status.OK, f"{name} returned {len(data)} item(s)."
+    else:
+        status, summary = Status.OK, f"{name} returned a result."
+    return Envelope(
+        call_id=call_id,
+        tool=name,
+        status=status,
+        summary=summary,
+        data=data,
+        schema_version=spec.schema_version,
+    )
+
+
+def _has_non_finite(data: object, encoded: bytes) -> bool:
+    """Whether a serialised result holds NaN or an infinity, which are not JSON.
+
+    They serialise as bare constants; only when such a token appears can there be one,
+    and serialising with them as null then tells a constant from a string's text.
+    """
+    if b"NaN" not in encoded and b"Infinity" not in encoded:
+        return False
+    return encoded != pydantic_core.to_json(data, inf_nan_mode="null")

@@ -10,12 +10,16 @@ Three families, never mixed:
     │   └── DuplicateToolError     the name is taken
     ├── UnknownToolError           lookup of a name the registry does not hold
     ├── ConfigurationError         the gate or store was set up wrongly
-    └── StoreError                 persistence failed
+    ├── StoreError                 persistence failed
+    ├── WriteRefusedError          a confirmation or execution request refused, with a code
+    └── IllegalTransitionError     a state machine was asked for a move it does not allow
 
     ToolSignal                     raised by tool authors: a declared outcome with a code
     ├── NotFound, Conflict, NeedsClarification     (stage 3 validators and tools)
+    ├── VersionConflict                            the target changed since confirmation
     ├── ToolFailed                                 terminal failure the tool understands
     └── ToolRetryable                              transient; carries retry_after
+        └── RateLimited                            the downstream's rate limit
 
     Refusal                        internal to the gate: a stage said no; becomes an
                                    Envelope exactly once, in the gate
@@ -35,8 +39,10 @@ __all__ = [
     "ErrorCode",
     "HandrailError",
     "IdentityParameterError",
+    "IllegalTransitionError",
     "NeedsClarification",
     "NotFound",
+    "RateLimited",
     "Refusal",
     "RegistrationError",
     "SchemaError",
@@ -46,6 +52,8 @@ __all__ = [
     "ToolRetryable",
     "ToolSignal",
     "UnknownToolError",
+    "VersionConflict",
+    "WriteRefusedError",
 ]
 
 
@@ -71,6 +79,17 @@ class ErrorCode(StrEnum):
     FAILED_FINAL = "FAILED_FINAL"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     CANCELLED = "CANCELLED"
+    # Confirmation of a plan; each refusal of a token has its own code.
+    CONFIRMATION_INVALID = "CONFIRMATION_INVALID"
+    """The token is malformed, forged, signed by an unknown key or for another principal."""
+    CONFIRMATION_REPLAYED = "CONFIRMATION_REPLAYED"
+    """The token's one-time nonce was already used."""
+    PLAN_EXPIRED = "PLAN_EXPIRED"
+    """The plan (and so every token for it) is past its expiry."""
+    PLAN_CHANGED = "PLAN_CHANGED"
+    """The token was issued for a different plan hash: arguments, version or tool changed."""
+    PLAN_CLOSED = "PLAN_CLOSED"
+    """The plan was rejected, superseded or is not in a state that allows the request."""
 
 
 # --- developers and operators ------------------------------------------------------------
@@ -110,6 +129,28 @@ class ConfigurationError(HandrailError):
 
 class StoreError(HandrailError):
     """Persistence failed; raised from the store boundary with the cause chained."""
+
+
+class WriteRefusedError(HandrailError):
+    """The host asked for a confirmation, approval or execution that is refused.
+
+    `code` is the stable ErrorCode (CONFIRMATION_INVALID, CONFIRMATION_REPLAYED,
+    PLAN_EXPIRED, PLAN_CHANGED, PLAN_CLOSED, PERMISSION_DENIED, NOT_FOUND, ...);
+    the message is safe to show the person who asked.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class IllegalTransitionError(HandrailError):
+    """A plan or execution record was asked to move between states that are not linked.
+
+    A bug in the caller, never an outcome: legal moves that lose a race are reported by
+    the store's compare-and-set returning False, not by this error.
+    """
 
 
 # --- tool signals -------------------------------------------------------------------------
@@ -167,6 +208,18 @@ class ToolRetryable(ToolSignal):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class VersionConflict(ToolSignal):
+    """The target changed since the plan was confirmed; nothing was written."""
+
+    code = ErrorCode.VERSION_CONFLICT
+
+
+class RateLimited(ToolRetryable):
+    """A downstream system refused the call for its rate; retry after `retry_after`."""
+
+    code = ErrorCode.RATE_LIMITED
 
 
 # --- refusals inside the gate ----------------------------------------------------------------

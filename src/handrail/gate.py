@@ -15,8 +15,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-import pydantic_core
-
 from handrail.audit import Auditor, AuditSink, AuditSubject, summarize_arguments
 from handrail.calls import ToolCall
 from handrail.canonical import canonical_json, sha256_hex
@@ -24,14 +22,23 @@ from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
-from handrail.envelope import Envelope, ErrorDetail, Status
-from handrail.errors import ConfigurationError, ErrorCode, Refusal, StoreError, ToolSignal
+from handrail.envelope import Envelope, ErrorDetail, Status, result_envelope
+from handrail.errors import (
+    ConfigurationError,
+    ErrorCode,
+    Refusal,
+    StoreError,
+    ToolSignal,
+    WriteRefusedError,
+)
 from handrail.exposure import Exposure
 from handrail.guard import ConversationGuard
-from handrail.policy import Decision, Policy, check_permissions, describe, refusal_for
+from handrail.plans import PlanState
+from handrail.policy import Decision, Outcome, Policy, check_permissions, describe, refusal_for
 from handrail.principal import Principal
 from handrail.quota import Limiter
 from handrail.registry import Registry
+from handrail.spec import ConfirmationMode, IdempotencyMode
 from handrail.validation import (
     ArgumentLimits,
     check_business_rules,
@@ -39,6 +46,7 @@ from handrail.validation import (
     refuse_defect,
     validate_arguments,
 )
+from handrail.writes import Writes, stricter
 
 __all__ = ["Gate"]
 
@@ -47,6 +55,7 @@ T = TypeVar("T")
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _MAX_NAME_IN_AUDIT = 128
 _MAX_DETAIL = 8000
+_ASKS = {Outcome.CONFIRM: ConfirmationMode.CONFIRM, Outcome.APPROVE: ConfirmationMode.APPROVE}
 
 
 class _Trail:
@@ -133,8 +142,10 @@ class _Trail:
 class Gate:
     """Turns proposed tool calls into envelopes, one straight path per call.
 
-    Writes are refused with RISK_BLOCKED until the plan/confirm path is configured;
-    this gate runs read-only tools only.
+    With `writes` configured, a write that passes all four checks becomes a stored
+    plan awaiting confirmation (NEEDS_CONFIRMATION / NEEDS_APPROVAL with the plan id
+    and impact), or, for an unconfirmed COMMAND_ID tool, runs once under the host's
+    command id. Without it, writes are refused with RISK_BLOCKED.
     """
 
     def __init__(
@@ -151,6 +162,7 @@ class Gate:
         max_result_chars: int = 64_000,
         max_concurrency: int = 8,
         new_id: Callable[[], str] | None = None,
+        writes: Writes | None = None,
     ) -> None:
         if default_timeout <= 0 or max_result_chars <= 0 or max_concurrency <= 0:
             raise ConfigurationError("timeouts, result limits and concurrency must be positive")
@@ -166,6 +178,8 @@ class Gate:
         self._default_timeout = default_timeout
         self._max_result_chars = max_result_chars
         self._max_concurrency = max_concurrency
+        # None: writes are refused with RISK_BLOCKED (a read-only gate).
+        self._writes = writes
 
     @property
     def registry(self) -> Registry:
@@ -180,6 +194,8 @@ class Gate:
         timeout: float | None = None,
         conversation: str | None = None,
         exposure: Exposure | None = None,
+        command_id: str | None = None,
+        _revises: str | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
@@ -188,7 +204,8 @@ class Gate:
         id of the conversation the call belongs to (never the model's); with a guard
         configured, it is what denials are remembered by. `exposure` is what this
         request showed the model (`Registry.exposure`): a tool outside it is UNKNOWN_TOOL
-        even if the principal could otherwise use it.
+        even if the principal could otherwise use it. `command_id` is the host's id of
+        the user's intent, the idempotency key source of unconfirmed writes.
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         trail = (
@@ -249,6 +266,7 @@ class Gate:
                 trail.record("business", "pass")
 
             check_permissions(principal, tool.spec)
+            required = tool.spec.confirmation.mode
             if self._policy is not None:
                 decision = await self._decide(
                     self._policy,
@@ -262,7 +280,14 @@ class Gate:
                 if guard is not None and conversation is not None:
                     await guard.screen(principal, conversation, tool.spec, decision)
                 refusal = refusal_for(decision, tool.spec)
-                if refusal is not None:
+                if (
+                    decision.outcome in _ASKS
+                    and self._writes is not None
+                    and not tool.spec.read_only
+                ):
+                    # A write the policy wants confirmed becomes a plan below.
+                    required = stricter(required, _ASKS[decision.outcome])
+                elif refusal is not None:
                     raise refusal
                 if trail:
                     trail.record("authorization", "pass", detail=describe(decision))
@@ -292,19 +317,25 @@ class Gate:
                 if trail:
                     trail.record("quota", "pass")
 
-            if not tool.spec.read_only:
-                raise Refusal(
-                    ErrorCode.RISK_BLOCKED,
-                    f"{tool.spec.name} changes data and needs a confirmed plan; it was not "
-                    f"executed. Tell the user what you intend to do.",
-                    stage="risk",
-                    detail="writes need the plan/confirm path, which this gate does not run",
+            if tool.spec.read_only:
+                result = await self._execute(tool, bound, ctx, call_deadline)
+                envelope = self._shape(call, tool, result)
+                if trail:
+                    trail.record("execute", "ok", code=envelope.status.value)
+            else:
+                envelope = await self._write(
+                    call,
+                    tool,
+                    bound,
+                    principal,
+                    required=required,
+                    deadline=call_deadline,
+                    command_id=command_id,
+                    revises=_revises,
                 )
-
-            result = await self._execute(tool, bound, ctx, call_deadline)
-            envelope = self._shape(call, tool, result)
-            if trail:
-                trail.record("execute", "ok", code=envelope.status.value)
+                if trail:
+                    code = envelope.error_type or envelope.status.value
+                    trail.record("write", "planned" if envelope.data else "done", code=code)
         except Refusal as refusal:
             envelope = self._refused(call, tool, refusal)
             if trail:
@@ -457,6 +488,120 @@ class Gate:
 
     # --- the path of one call ----------------------------------------------------------------
 
+    async def _write(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        bound: BoundArguments,
+        principal: Principal,
+        *,
+        required: ConfirmationMode,
+        deadline: float,
+        command_id: str | None,
+        revises: str | None,
+    ) -> Envelope:
+        """A write that passed every check: propose a plan, or run it under a command id."""
+        writes = self._writes
+        spec = tool.spec
+        if writes is None:
+            raise Refusal(
+                ErrorCode.RISK_BLOCKED,
+                f"{spec.name} changes data and needs a confirmed plan; it was not "
+                f"executed. Tell the user what you intend to do.",
+                stage="risk",
+                detail="writes need the plan/confirm path, which this gate does not run",
+            )
+        if required is ConfirmationMode.APPROVE and spec.confirmation.approver_permission is None:
+            raise Refusal(
+                ErrorCode.RISK_BLOCKED,
+                f"{spec.name} needs an approval nobody is able to give; it was not executed.",
+                stage="risk",
+                detail="the policy asks for approval but the tool names no approver permission",
+            )
+        if required is ConfirmationMode.NONE:
+            if command_id is None or spec.idempotency.mode is not IdempotencyMode.COMMAND_ID:
+                raise Refusal(
+                    ErrorCode.RISK_BLOCKED,
+                    f"{spec.name} changes data and this request carries no command id from the "
+                    f"application; it was not executed.",
+                    stage="risk",
+                    detail="an unconfirmed write needs the host's command_id",
+                )
+            outcome = await writes.execute_command(
+                tool,
+                bound,
+                principal,
+                command_id=command_id,
+                call_id=call.id,
+                deadline=deadline,
+            )
+            return outcome.envelope
+        ctx = ToolContext(
+            principal=principal,
+            call_id=call.id,
+            tool=spec.name,
+            deadline=deadline,
+            clock=self._clock,
+        )
+        plan = await self._within(
+            deadline,
+            "plan",
+            writes.propose(tool, bound, principal, mode=required, ctx=ctx, revises=revises),
+        )
+        approve = required is ConfirmationMode.APPROVE
+        who = (
+            f"approval by {plan.required_approvals} approver(s)"
+            if approve
+            else "the user's confirmation"
+        )
+        return Envelope(
+            call_id=call.id,
+            tool=spec.name,
+            status=Status.ERROR,
+            summary=(
+                f"Nothing was executed yet. A plan was prepared: {plan.impact.describe()}. It "
+                f"needs {who} in the application before it can run. Tell the user what it "
+                f"will do; do "
+                f"not claim it was done."
+            ),
+            data={
+                "plan_id": plan.plan_id,
+                "impact": plan.impact.to_json(),
+                "expires_at": plan.expires_at.isoformat(),
+            },
+            schema_version=spec.schema_version,
+            error=ErrorDetail(
+                code=ErrorCode.NEEDS_APPROVAL if approve else ErrorCode.NEEDS_CONFIRMATION,
+            ),
+        )
+
+    async def revise_plan(
+        self,
+        plan_id: str,
+        arguments: str,
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+    ) -> Envelope:
+        """An approver's edit: new arguments make a new plan, checked by all four stages.
+
+        The new plan needs its own confirmation; the old one is rejected once the new
+        one exists. Refused with WriteRefusedError when the plan cannot be revised.
+        """
+        writes = self._writes
+        if writes is None:
+            raise ConfigurationError("revising plans needs a gate configured with writes")
+        record = await writes.get_plan(plan_id, principal)
+        if record.state not in {PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION}:
+            raise WriteRefusedError(
+                ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
+            )
+        call = ToolCall(id=f"revise-{plan_id}", name=record.plan.tool, arguments=arguments)
+        envelope = await self.handle(call, principal, timeout=timeout, _revises=plan_id)
+        if envelope.error_type in {ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL}:
+            await writes.reject(plan_id, principal)
+        return envelope
+
     async def _decide(
         self,
         policy: Policy,
@@ -529,45 +674,14 @@ class Gate:
 
     def _shape(self, call: ToolCall, tool: Tool, result: object) -> Envelope:
         try:
-            data = pydantic_core.to_jsonable_python(result)
-            encoded = pydantic_core.to_json(data)
-            if _has_non_finite(data, encoded):
-                raise ValueError("the result contains NaN or an infinite number")
-            size = len(encoded)
-        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            return result_envelope(call.id, tool.spec, result, self._max_result_chars)
+        except ValueError as exc:
             raise Refusal(
                 ErrorCode.FAILED_FINAL,
                 _GENERIC_FAILURE,
                 stage="result",
                 detail=f"result is not JSON-serialisable: {_describe(exc)}",
             ) from None
-        name = tool.spec.name
-        if size > self._max_result_chars:
-            return Envelope(
-                call_id=call.id,
-                tool=name,
-                status=Status.TRUNCATED,
-                summary=(
-                    f"{name} returned about {size} characters, more than the limit of "
-                    f"{self._max_result_chars}; the data was withheld. Ask for less."
-                ),
-                truncated=True,
-                schema_version=tool.spec.schema_version,
-            )
-        if data is None or (isinstance(data, (list, dict, str)) and not data):
-            status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
-        elif isinstance(data, list):
-            status, summary = Status.OK, f"{name} returned {len(data)} item(s)."
-        else:
-            status, summary = Status.OK, f"{name} returned a result."
-        return Envelope(
-            call_id=call.id,
-            tool=name,
-            status=status,
-            summary=summary,
-            data=data,
-            schema_version=tool.spec.schema_version,
-        )
 
     def _refused(self, call: ToolCall, tool: Tool | None, refusal: Refusal) -> Envelope:
         return Envelope(
@@ -643,17 +757,6 @@ async def _count_denial(
                 f"call in it is refused"
             ),
         )
-
-
-def _has_non_finite(data: object, encoded: bytes) -> bool:
-    """Whether a serialised result holds NaN or an infinity, which are not JSON.
-
-    They serialise as bare constants; only when such a token appears can there be one,
-    and serialising with them as null then tells a constant from a string's text.
-    """
-    if b"NaN" not in encoded and b"Infinity" not in encoded:
-        return False
-    return encoded != pydantic_core.to_json(data, inf_nan_mode="null")
 
 
 def _describe(exc: BaseException) -> str:

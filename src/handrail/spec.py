@@ -22,6 +22,8 @@ __all__ = [
     "FromPrincipal",
     "IdempotencyMode",
     "IdempotencyPolicy",
+    "IdempotencyScope",
+    "ReconcilePolicy",
     "RetryPolicy",
     "RiskLevel",
     "SideEffect",
@@ -62,6 +64,13 @@ class IdempotencyMode(StrEnum):
     COMMAND_ID = "command_id"
 
 
+class IdempotencyScope(StrEnum):
+    """Whose intents share a key space: the tenant's, or each principal's own."""
+
+    TENANT = "tenant"
+    PRINCIPAL = "principal"
+
+
 class ConfirmationMode(StrEnum):
     """Who must agree before a write runs."""
 
@@ -92,9 +101,45 @@ class RetryPolicy:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IdempotencyPolicy:
-    """The source of a write's idempotency key; NONE only for reads."""
+    """The source and scope of a write's idempotency key, and how long results are kept.
+
+    PLAN keys come from a confirmed plan; COMMAND_ID keys from an id the host supplies
+    for its own intent (never from the model). A key is always scoped to tenant and
+    tool, and to the principal with `scope=PRINCIPAL`. A stored result answers repeats
+    of its key for `retention_seconds` after it settles (24 hours by default).
+    """
 
     mode: IdempotencyMode = IdempotencyMode.NONE
+    scope: IdempotencyScope = IdempotencyScope.TENANT
+    retention_seconds: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        if self.retention_seconds < 3600:  # noqa: PLR2004 - documented floor: one hour
+            raise RegistrationError("IdempotencyPolicy.retention_seconds must be at least 3600")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReconcilePolicy:
+    """How an UNKNOWN write is checked against the downstream system.
+
+    `not_found_grace`: a "not found" answer this soon after the attempt is not proof of
+    non-execution (replicas lag). Checks back off from `first_check` to `max_interval`;
+    after `escalate_after` inconclusive checks the record is escalated to people (and
+    still checked). `lease_grace` is how long past its deadline a running attempt keeps
+    its lease before the record may be declared UNKNOWN.
+    """
+
+    not_found_grace: float = 60.0
+    first_check: float = 5.0
+    max_interval: float = 3600.0
+    escalate_after: int = 8
+    lease_grace: float = 30.0
+
+    def __post_init__(self) -> None:
+        if min(self.not_found_grace, self.lease_grace) < 0 or self.first_check <= 0:
+            raise RegistrationError("ReconcilePolicy times must be positive")
+        if self.max_interval < self.first_check or self.escalate_after < 1:
+            raise RegistrationError("ReconcilePolicy needs max_interval >= first_check >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,6 +208,7 @@ class ToolSpec:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     idempotency: IdempotencyPolicy = field(default_factory=IdempotencyPolicy)
     confirmation: ConfirmationPolicy = field(default_factory=ConfirmationPolicy)
+    reconcile: ReconcilePolicy = field(default_factory=ReconcilePolicy)
     owner: str | None = None
     enabled: bool = True
     enabled_tenants: frozenset[str] | None = None
@@ -191,12 +237,37 @@ class ToolSpec:
             )
         if self.hints.read_only and writes:
             raise RegistrationError(f"tool {self.name!r}: read_only hint contradicts a write")
+        self._check_write_policies(writes=writes)
         object.__setattr__(self, "permissions", frozenset(self.permissions))
         object.__setattr__(self, "scenarios", frozenset(self.scenarios))
         if self.enabled_tenants is not None:
             object.__setattr__(self, "enabled_tenants", frozenset(self.enabled_tenants))
         object.__setattr__(self, "input_schema", MappingProxyType(dict(self.input_schema)))
         object.__setattr__(self, "trusted", MappingProxyType(dict(self.trusted)))
+
+    def _check_write_policies(self, *, writes: bool) -> None:
+        mode = self.idempotency.mode
+        if not writes:
+            if mode is not IdempotencyMode.NONE or self.confirmation.mode is not (
+                ConfirmationMode.NONE
+            ):
+                raise RegistrationError(
+                    f"tool {self.name!r} reads only; idempotency and confirmation policies "
+                    f"are for writes",
+                )
+            return
+        if mode is IdempotencyMode.NONE:
+            raise RegistrationError(
+                f"tool {self.name!r} writes, so it needs an idempotency key: "
+                f"IdempotencyPolicy(mode=PLAN) or (mode=COMMAND_ID)",
+            )
+        if mode is IdempotencyMode.PLAN and self.confirmation.mode is ConfirmationMode.NONE:
+            # Without confirmation a plan id is fresh per proposal, so a model that
+            # proposes the same write twice would get two keys and two effects.
+            raise RegistrationError(
+                f"tool {self.name!r}: PLAN keys need a confirmation policy; an unconfirmed "
+                f"write is keyed by the host's COMMAND_ID",
+            )
 
     @property
     def namespace(self) -> str | None:

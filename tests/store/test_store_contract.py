@@ -1,9 +1,12 @@
-"""Every Store implementation passes the same contract."""
+"""Every Store implementation passes the same contract: the audit trail, migrations, opening.
+
+The `store` fixture (tests/store/conftest.py) runs each contract test on the memory,
+SQLite and PostgreSQL stores; tests of one backend's own behaviour say so in their name.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from handrail.audit import AuditEvent, AuditSubject
-from handrail.errors import StoreError
-from handrail.store import MemoryStore, SqliteStore, Store
+from handrail.errors import ConfigurationError, StoreError
+from handrail.store import PostgresStore, SqliteStore, Store, open_store
 from handrail.store._tables import metadata
 
 
@@ -37,15 +40,6 @@ def _event(n: int, *, tenant: str = "t1", call: str | None = None) -> AuditEvent
         code="OK",
         detail="d",
     )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SqliteStore.open(tmp_path / "h.db")
-    )
-    yield made
-    made.close()
 
 
 def test_appended_events_read_back_oldest_first_with_aware_timestamps(store: Store) -> None:
@@ -105,14 +99,11 @@ def test_sqlite_store_runs_in_wal_mode_and_survives_reopening(tmp_path: Path) ->
 
 
 def test_sqlite_migrations_create_exactly_the_declared_tables(tmp_path: Path) -> None:
-    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
-    from alembic.migration import MigrationContext  # noqa: PLC0415
-
     store = SqliteStore.open(tmp_path / "h.db")
-    with store.engine.connect() as connection:
-        diff = compare_metadata(MigrationContext.configure(connection), metadata)
-    store.close()
-    assert diff == []
+    try:
+        _assert_migrated_to_exactly_the_declared_tables(store)
+    finally:
+        store.close()
 
 
 def test_a_duplicate_event_id_is_a_store_error_and_writes_nothing(tmp_path: Path) -> None:
@@ -142,3 +133,96 @@ def test_a_failed_migration_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         SqlStore(engine).migrate()
     engine.dispose()
+
+
+def _assert_migrated_to_exactly_the_declared_tables(store: SqliteStore | PostgresStore) -> None:
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
+    from alembic.migration import MigrationContext  # noqa: PLC0415
+
+    with store.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), metadata)
+        versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+    tables = set(sa.inspect(store.engine).get_table_names()) - {"alembic_version"}
+    assert diff == []
+    assert tables == set(metadata.tables)
+    assert [row[0] for row in versions] == ["0002"]
+
+
+@pytest.mark.postgres
+def test_postgres_migrations_create_exactly_the_declared_tables(postgres_url: str) -> None:
+    store = PostgresStore.open(postgres_url)
+    try:
+        _assert_migrated_to_exactly_the_declared_tables(store)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_migrate_is_idempotent_and_keeps_the_data(postgres_url: str) -> None:
+    store = PostgresStore.open(postgres_url)
+    try:
+        store.append_audit([_event(901, tenant="idempotent-migrate")])
+        store.migrate()
+        store.migrate()
+        _assert_migrated_to_exactly_the_declared_tables(store)
+        again = PostgresStore.open(postgres_url)
+        again.close()
+        assert [e.event_id for e in store.read_audit(tenant_id="idempotent-migrate")] == [
+            "ev-901",
+        ]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("form", ["sqlite_url", "str_path", "path"])
+def test_open_store_opens_sqlite_from_a_sqlite_url_or_a_plain_path(
+    form: str,
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "nested" / "h.db"
+    forms: dict[str, str | Path] = {
+        "sqlite_url": f"sqlite:///{file}",
+        "str_path": str(file),
+        "path": file,
+    }
+    url = forms[form]
+    store = open_store(url)
+    try:
+        assert isinstance(store, SqliteStore)
+        store.append_audit([_event(1)])
+        assert [e.event_id for e in store.read_audit()] == ["ev-1"]
+    finally:
+        store.close()
+    assert file.is_file()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg", "postgres"])
+def test_open_store_opens_postgres_from_a_postgres_url(scheme: str, postgres_url: str) -> None:
+    url = scheme + "://" + postgres_url.split("://", 1)[1]
+    store = open_store(url)
+    try:
+        assert isinstance(store, PostgresStore)
+        assert store.engine.dialect.name == "postgresql"
+        assert isinstance(store.read_audit(limit=1), list)
+    finally:
+        store.close()
+
+
+def test_open_store_without_migrating_leaves_the_database_empty(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "h.db", migrate=False)
+    try:
+        assert sa.inspect(store.engine).get_table_names() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("url", ["mysql://u@localhost/db", "redis://localhost:6379/0"])
+def test_open_store_refuses_an_unsupported_scheme(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        open_store(url)
+
+
+def test_postgres_store_refuses_a_url_that_is_not_postgres(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresStore.open(f"sqlite:///{tmp_path / 'h.db'}")

@@ -29,3 +29,77 @@ audit_events = sa.Table(
     sa.Index("ix_audit_events_tenant_seq", "tenant_id", "seq"),
     sa.Index("ix_audit_events_tool_call_id", "tool_call_id"),
 )
+
+_TIME = sa.DateTime(timezone=True)
+
+plans = sa.Table(
+    "plans",
+    metadata,
+    sa.Column("plan_id", sa.String(64), primary_key=True),
+    sa.Column("tool", sa.String(128), nullable=False),
+    sa.Column("schema_version", sa.String(64), nullable=False),
+    sa.Column("arguments", sa.Text(), nullable=False),
+    sa.Column("expected_version", sa.String(256)),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("risk", sa.Integer(), nullable=False),
+    sa.Column("confirmation", sa.String(16), nullable=False),
+    sa.Column("required_approvals", sa.Integer(), nullable=False),
+    sa.Column("impact", sa.Text(), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("expires_at", _TIME, nullable=False),
+    sa.Column("revises", sa.String(64)),
+    sa.Column("plan_hash", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    sa.Index("ix_plans_tenant_created", "tenant_id", "created_at"),
+)
+
+plan_nonces = sa.Table(
+    "plan_nonces",
+    metadata,
+    sa.Column("nonce", sa.String(64), primary_key=True),
+    sa.Column("plan_id", sa.String(64), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("used_at", _TIME, nullable=False),
+)
+
+plan_approvals = sa.Table(
+    "plan_approvals",
+    metadata,
+    sa.Column("plan_id", sa.String(64), primary_key=True),
+    sa.Column("user_id", sa.String(256), primary_key=True),
+    sa.Column("approved_at", _TIME, nullable=False),
+)
+
+executions = sa.Table(
+    "executions",
+    metadata,
+    sa.Column("idempotency_key", sa.String(80), primary_key=True),
+    sa.Column("plan_id", sa.String(64)),
+    sa.Column("plan_hash", sa.String(64), nullable=False),
+    sa.Column("tool", sa.String(128), nullable=False),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("principal", sa.Text(), nullable=False),
+    sa.Column("arguments", sa.Text(), nullable=False),
+    sa.Column("expected_version", sa.String(256)),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False),
+    sa.Column("business_id", sa.String(256)),
+    sa.Column("result", sa.Text()),
+    sa.Column("error_code", sa.String(64)),
+    sa.Column("lease_owner", sa.String(128)),
+    sa.Column("lease_expires_at", _TIME),
+    sa.Column("next_check_at", _TIME),
+    sa.Column("checks", sa.Integer(), nullable=False),
+    sa.Column("escalated", sa.Boolean(), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    sa.Column("retain_until", _TIME),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Index("ix_executions_status_check", "status", "next_check_at"),
+    sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
+    sa.Index("ix_executions_retain", "retain_until"),
+)

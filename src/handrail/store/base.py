@@ -1,22 +1,27 @@
 """The Store protocol: what Handrail persists, independent of the database.
 
-Methods block; async callers run them in a worker thread (the audit sink does so
-from its own thread). Later stages add plans, confirmations and execution records
-here, each with a contract test run against every implementation.
+Methods block; async callers run them in a worker thread. Every moving part is a
+compare-and-set: a method that loses a race returns False (or None) and changes
+nothing, so callers re-read instead of overwriting. Uniqueness (plan ids, nonces,
+approvals, idempotency keys) is enforced by the database, never by check-then-insert.
+Each implementation passes the contract tests in tests/store/.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
 from handrail.audit import AuditEvent
+from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.plans import PlanRecord, PlanState
 
 __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state of Handrail: for now, the audit trail."""
+    """Durable state of Handrail: audit trail, plans, nonces, approvals, executions."""
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
@@ -34,6 +39,77 @@ class Store(Protocol):
         tool_call_id: str | None = None,
     ) -> list[AuditEvent]:
         """The newest `limit` matching events, oldest first."""
+        ...
+
+    # --- plans and confirmations -----------------------------------------------------------
+
+    def insert_plan(self, record: PlanRecord) -> bool:
+        """Store a new plan; False (and nothing written) if its id is taken."""
+        ...
+
+    def get_plan(self, plan_id: str) -> PlanRecord | None:
+        """The plan with its state and approvals, or None."""
+        ...
+
+    def move_plan(
+        self,
+        plan_id: str,
+        *,
+        expect_state: PlanState,
+        expect_version: int,
+        state: PlanState,
+        at: datetime,
+    ) -> bool:
+        """Set the plan's state if it is still (expect_state, expect_version)."""
+        ...
+
+    def use_nonce(self, nonce: str, *, plan_id: str, user_id: str, at: datetime) -> bool:
+        """Record a confirmation nonce as used; False if it was used before (a replay)."""
+        ...
+
+    def add_approval(self, plan_id: str, *, user_id: str, at: datetime) -> bool:
+        """Record one person's approval of a plan; False if they had approved it already."""
+        ...
+
+    # --- executions ----------------------------------------------------------------------------
+
+    def insert_execution(self, record: ExecutionRecord) -> bool:
+        """Insert a new record; False if its idempotency key exists (insert-on-conflict)."""
+        ...
+
+    def get_execution(self, key: str) -> ExecutionRecord | None:
+        """The record of a key, or None."""
+        ...
+
+    def replace_execution(
+        self,
+        record: ExecutionRecord,
+        *,
+        expect_status: ExecutionStatus,
+        expect_version: int,
+        lease_owner: str | None = None,
+        lease_valid_at: datetime | None = None,
+    ) -> bool:
+        """Write `record` over the stored row if that row is still as expected.
+
+        The row must have `expect_status` and `expect_version`; with `lease_owner`, it
+        must also be leased to that owner, and with `lease_valid_at` the lease must not
+        have expired at that time (fencing a worker whose lease ran out). A record
+        written as SUCCEEDED moves its plan (if any) from CONFIRMED to EXECUTED in the
+        same transaction.
+        """
+        ...
+
+    def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
+        """Records the reconciler must look at, least recently updated first.
+
+        RUNNING ones whose lease expired, and UNKNOWN ones whose next check is due and
+        whose lease (if any) has expired.
+        """
+        ...
+
+    def purge_executions(self, *, now: datetime) -> int:
+        """Delete settled records whose retention ended before `now`; how many."""
         ...
 
     def close(self) -> None:

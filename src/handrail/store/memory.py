@@ -6,12 +6,18 @@ between processes, so it never backs a real deployment.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 
 from handrail.audit import AuditEvent
+from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.plans import PlanRecord, PlanState
 
 __all__ = ["MemoryStore"]
+
+_IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at")
 
 
 class MemoryStore:
@@ -20,6 +26,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._audit: list[AuditEvent] = []
+        self._plans: dict[str, PlanRecord] = {}
+        self._nonces: set[str] = set()
+        self._approvals: dict[str, set[str]] = {}
+        self._executions: dict[str, ExecutionRecord] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""
@@ -46,5 +56,141 @@ class MemoryStore:
             ]
         return rows[-limit:] if limit > 0 else []
 
+    def insert_plan(self, record: PlanRecord) -> bool:
+        """Store a new plan unless its id is taken."""
+        with self._lock:
+            if record.plan.plan_id in self._plans:
+                return False
+            self._plans[record.plan.plan_id] = dataclasses.replace(record, approvals=frozenset())
+            self._approvals.setdefault(record.plan.plan_id, set())
+            return True
+
+    def get_plan(self, plan_id: str) -> PlanRecord | None:
+        """The plan with its approvals."""
+        with self._lock:
+            found = self._plans.get(plan_id)
+            if found is None:
+                return None
+            return dataclasses.replace(found, approvals=frozenset(self._approvals[plan_id]))
+
+    def move_plan(
+        self,
+        plan_id: str,
+        *,
+        expect_state: PlanState,
+        expect_version: int,
+        state: PlanState,
+        at: datetime,
+    ) -> bool:
+        """Compare-and-set the plan's state."""
+        with self._lock:
+            found = self._plans.get(plan_id)
+            if found is None or (found.state, found.version) != (expect_state, expect_version):
+                return False
+            self._plans[plan_id] = dataclasses.replace(
+                found,
+                state=state,
+                version=found.version + 1,
+                updated_at=at,
+            )
+            return True
+
+    def use_nonce(self, nonce: str, *, plan_id: str, user_id: str, at: datetime) -> bool:  # noqa: ARG002 - kept by the SQL stores
+        """Mark a nonce used; False on reuse."""
+        with self._lock:
+            if nonce in self._nonces:
+                return False
+            self._nonces.add(nonce)
+            return True
+
+    def add_approval(self, plan_id: str, *, user_id: str, at: datetime) -> bool:  # noqa: ARG002 - kept by the SQL stores
+        """Record an approval once per person."""
+        with self._lock:
+            approvals = self._approvals.setdefault(plan_id, set())
+            if user_id in approvals:
+                return False
+            approvals.add(user_id)
+            return True
+
+    def insert_execution(self, record: ExecutionRecord) -> bool:
+        """Insert unless the key exists."""
+        with self._lock:
+            if record.idempotency_key in self._executions:
+                return False
+            self._executions[record.idempotency_key] = record
+            return True
+
+    def get_execution(self, key: str) -> ExecutionRecord | None:
+        """The record of a key."""
+        with self._lock:
+            return self._executions.get(key)
+
+    def replace_execution(
+        self,
+        record: ExecutionRecord,
+        *,
+        expect_status: ExecutionStatus,
+        expect_version: int,
+        lease_owner: str | None = None,
+        lease_valid_at: datetime | None = None,
+    ) -> bool:
+        """Compare-and-set the whole record."""
+        with self._lock:
+            found = self._executions.get(record.idempotency_key)
+            if found is None or (found.status, found.version) != (expect_status, expect_version):
+                return False
+            if lease_owner is not None and found.lease_owner != lease_owner:
+                return False
+            if lease_valid_at is not None and (
+                found.lease_expires_at is None or found.lease_expires_at <= lease_valid_at
+            ):
+                return False
+            # Identity fields are fixed at insert, as in the SQL stores.
+            record = dataclasses.replace(
+                record,
+                **{name: getattr(found, name) for name in _IDENTITY},
+            )
+            self._executions[record.idempotency_key] = record
+            plan = self._plans.get(record.plan_id or "")
+            if (
+                record.status is ExecutionStatus.SUCCEEDED
+                and plan is not None
+                and plan.state is PlanState.CONFIRMED
+            ):
+                self._plans[plan.plan.plan_id] = dataclasses.replace(
+                    plan,
+                    state=PlanState.EXECUTED,
+                    version=plan.version + 1,
+                    updated_at=record.updated_at,
+                )
+            return True
+
+    def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
+        """RUNNING records with expired leases and due UNKNOWN ones, oldest first."""
+        with self._lock:
+            due = [r for r in self._executions.values() if _due(r, now)]
+        return sorted(due, key=lambda r: (r.updated_at, r.idempotency_key))[: max(0, limit)]
+
+    def purge_executions(self, *, now: datetime) -> int:
+        """Drop settled records past retention."""
+        with self._lock:
+            gone = [
+                key
+                for key, r in self._executions.items()
+                if r.status.settled and r.retain_until is not None and r.retain_until <= now
+            ]
+            for key in gone:
+                del self._executions[key]
+        return len(gone)
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _due(record: ExecutionRecord, now: datetime) -> bool:
+    lease_free = record.lease_expires_at is None or record.lease_expires_at <= now
+    if record.status is ExecutionStatus.RUNNING:
+        return record.lease_expires_at is not None and record.lease_expires_at <= now
+    if record.status is ExecutionStatus.UNKNOWN:
+        return lease_free and record.next_check_at is not None and record.next_check_at <= now
+    return False

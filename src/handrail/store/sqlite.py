@@ -2,7 +2,9 @@
 
 Sets the pragmas that make SQLite safe for a multi-threaded service on every
 connection: WAL (readers never block the writer), a busy timeout, foreign keys, and
-synchronous=FULL so a committed record survives power loss. Queries live in `SqlStore`.
+synchronous=FULL so a committed record survives power loss. It also begins each
+transaction itself, so that a transaction holds its reads as well as its writes.
+Queries live in `SqlStore`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ __all__ = ["SqliteStore"]
 
 
 def _set_pragmas(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN401 - DB-API
+    # The driver's own transaction handling is off; `_begin` below starts each one, so
+    # a transaction holds its reads too (pysqlite would otherwise begin only at a write).
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -26,6 +31,11 @@ def _set_pragmas(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN40
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
         cursor.close()
+
+
+def _begin(connection: sa.Connection) -> None:
+    immediate = connection.get_execution_options().get("handrail_immediate", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 class SqliteStore(SqlStore):
@@ -38,6 +48,7 @@ class SqliteStore(SqlStore):
         file.parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(f"sqlite+pysqlite:///{file}")
         sa.event.listen(engine, "connect", _set_pragmas)
+        sa.event.listen(engine, "begin", _begin)
         store = cls(engine)
         if migrate:
             store.migrate()

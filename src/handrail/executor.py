@@ -1,0 +1,710 @@
+"""Executor: runs one keyed write exactly once, and says UNKNOWN when it cannot know.
+
+The record is claimed by an insert that the store's UNIQUE key settles; a duplicate
+that loses finds the winner's record and returns its stored outcome, waits for a
+RUNNING one within its own deadline, or answers IN_PROGRESS. It never calls the tool
+a second time. Outcomes are written by compare-and-set under the attempt's lease, so
+a worker whose lease ran out cannot overwrite what a reconciler decided.
+
+External writes (SideEffect.EXTERNAL_WRITE) that time out, lose their response, are
+cancelled or raise anything undeclared become UNKNOWN, never FAILED. Writes into the
+store's own database (LOCAL_WRITE) run in one transaction with their record: both
+commit or neither does, so they never need reconciling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from handrail.audit import Auditor, AuditSubject
+from handrail.canonical import canonical_json
+from handrail.clock import Clock
+from handrail.context import ToolContext
+from handrail.deadline import DeadlineExceededError, within
+from handrail.definition import Tool
+from handrail.envelope import Envelope, ErrorDetail, Status, jsonable, result_envelope
+from handrail.errors import (
+    ConfigurationError,
+    ErrorCode,
+    Refusal,
+    StoreError,
+    ToolRetryable,
+    ToolSignal,
+)
+from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.principal import Principal
+from handrail.retry import Sleep, retrying
+from handrail.spec import SideEffect
+from handrail.store.base import Store
+from handrail.store.sql import SqlStore
+
+__all__ = ["Executor", "WriteJob", "WriteOutcome", "principal_snapshot", "restore_principal"]
+
+T = TypeVar("T")
+
+_GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
+_POLL_FIRST = 0.005
+_POLL_MAX = 0.2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteJob:
+    """One intended write: the tool, its validated arguments, who, and under which key.
+
+    `arguments` are the model-facing arguments after stage 2 (JSON), `plan_hash` the
+    hash the key is bound to (a plan's, or the intent hash of a command).
+    """
+
+    tool: Tool
+    arguments: Mapping[str, Any]
+    principal: Principal
+    key: str
+    plan_hash: str
+    plan_id: str | None = None
+    expected_version: str | None = None
+    call_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteOutcome:
+    """What became of a write: the envelope for the model and the record for people.
+
+    `replayed` is True when the outcome was read from an earlier execution of the key
+    and the tool was not called.
+    """
+
+    envelope: Envelope
+    record: ExecutionRecord | None
+    replayed: bool = False
+
+
+def principal_snapshot(principal: Principal) -> str:
+    """JSON of the principal's identity and authority, kept with the record."""
+    return json.dumps(
+        {
+            "user_id": principal.user_id,
+            "tenant_id": principal.tenant_id,
+            "roles": sorted(principal.roles),
+            "permissions": sorted(principal.permissions),
+            "data_scope": dict(principal.data_scope),
+            "request_id": principal.request_id,
+            "trace_id": principal.trace_id,
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def restore_principal(snapshot: str) -> Principal:
+    """The principal a record was executed for, for a retry by the reconciler."""
+    data = json.loads(snapshot)
+    return Principal(
+        user_id=data["user_id"],
+        tenant_id=data["tenant_id"],
+        roles=frozenset(data["roles"]),
+        permissions=frozenset(data["permissions"]),
+        data_scope=data["data_scope"],
+        request_id=data.get("request_id"),
+        trace_id=data.get("trace_id"),
+    )
+
+
+class _Fenced(Exception):  # noqa: N818 - an outcome, not a fault
+    """The lease ran out: the record is no longer ours to write."""
+
+
+class Executor:
+    """Runs keyed writes against a Store. Stateless between calls; safe to share.
+
+    `worker_id` names this process's leases. `sleep` and `rng` are injected (polling
+    and retry jitter) so tests neither wait nor guess.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock,
+        auditor: Auditor,
+        worker_id: str,
+        max_result_chars: int = 64_000,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._auditor = auditor
+        self._worker = worker_id
+        self._max_result_chars = max_result_chars
+        self._sleep = sleep
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
+
+    @property
+    def store(self) -> Store:
+        """The store records live in."""
+        return self._store
+
+    @property
+    def worker_id(self) -> str:
+        """The lease owner name of this executor."""
+        return self._worker
+
+    # --- entry points -----------------------------------------------------------------------------
+
+    async def execute(self, job: WriteJob, *, deadline: float) -> WriteOutcome:
+        """Run `job` once under its key, or return what the key's execution became.
+
+        `deadline` is on the clock's monotonic scale and covers waiting for a running
+        duplicate as well as the tool itself.
+        """
+        if job.tool.spec.side_effect is SideEffect.LOCAL_WRITE:
+            return await self._execute_local(job, deadline)
+        existing = await self._io(self._store.get_execution, job.key)
+        if existing is None:
+            record = self._new_record(job, deadline)
+            if await self._io(self._store.insert_execution, record):
+                self._audit(job, "claim", "running", detail={"attempt": 1})
+                return await self._run(job, record, deadline)
+            existing = await self._io(self._store.get_execution, job.key)
+            if existing is None:  # pragma: no cover - a row never disappears inside retention
+                raise StoreError("a conflicting execution record vanished")
+        return await self._existing(job, existing, deadline)
+
+    async def retry_record(
+        self, job: WriteJob, record: ExecutionRecord, *, deadline: float
+    ) -> WriteOutcome:
+        """Run a record the reconciler proved was not executed, under the same key.
+
+        `record` must be RUNNING and leased to this executor (the reconciler moved it).
+        """
+        return await self._run(job, record, deadline)
+
+    # --- an existing record -----------------------------------------------------------------------
+
+    async def _existing(
+        self, job: WriteJob, record: ExecutionRecord, deadline: float
+    ) -> WriteOutcome:
+        wait = _POLL_FIRST
+        while True:
+            refusal = self._mismatch(job, record)
+            if refusal is not None:
+                return WriteOutcome(envelope=self._refused(job, refusal), record=None)
+            if record.status.settled or record.status is ExecutionStatus.UNKNOWN:
+                self._audit(job, "replay", record.status.value.lower(), code=record.error_code)
+                return WriteOutcome(
+                    envelope=self._from_record(job, record), record=record, replayed=True
+                )
+            if record.status is ExecutionStatus.PREPARED:
+                claimed = self._claim(record, deadline, job.tool)
+                if await self._io(
+                    self._store.replace_execution,
+                    claimed,
+                    expect_status=ExecutionStatus.PREPARED,
+                    expect_version=record.version,
+                ):
+                    self._audit(job, "claim", "running", detail={"attempt": claimed.attempts})
+                    return await self._run(job, claimed, deadline)
+            else:
+                # RUNNING elsewhere: wait for its outcome within our own deadline.
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    self._audit(job, "duplicate", "in_progress", code=ErrorCode.IN_PROGRESS)
+                    return WriteOutcome(
+                        envelope=self._error(
+                            job,
+                            ErrorCode.IN_PROGRESS,
+                            "The same write is already running; its outcome is not known yet. "
+                            "Do not repeat it; check again later.",
+                            retryable=True,
+                        ),
+                        record=record,
+                    )
+                await self._sleep(min(wait, remaining))
+                wait = min(wait * 2, _POLL_MAX)
+            fresh = await self._io(self._store.get_execution, job.key)
+            if fresh is None:  # pragma: no cover - a row never disappears inside retention
+                raise StoreError("an execution record vanished while waited on")
+            record = fresh
+
+    def _mismatch(self, job: WriteJob, record: ExecutionRecord) -> Refusal | None:
+        if record.tenant_id != job.principal.tenant_id or record.tool != job.tool.spec.name:
+            # A key is scoped to tenant and tool; anything else is a collision or an attack.
+            return Refusal(
+                ErrorCode.IDEMPOTENCY_MISMATCH,
+                "This idempotency key belongs to another request; nothing was executed.",
+                stage="execute",
+                detail=f"key {job.key} is held by another tenant or tool",
+            )
+        if record.plan_hash != job.plan_hash:
+            return Refusal(
+                ErrorCode.IDEMPOTENCY_MISMATCH,
+                "The same command was already used with different arguments; nothing was "
+                "executed. Use a new command for a different request.",
+                stage="execute",
+                detail=f"key {job.key}: stored plan hash {record.plan_hash}, got {job.plan_hash}",
+            )
+        return None
+
+    # --- one attempt ------------------------------------------------------------------------------
+
+    def _lease_until(self, deadline: float, tool: Tool) -> datetime:
+        span = max(0.0, deadline - self._clock.monotonic()) + tool.spec.reconcile.lease_grace
+        return self._clock.now() + timedelta(seconds=span)
+
+    def _new_record(self, job: WriteJob, deadline: float) -> ExecutionRecord:
+        now = self._clock.now()
+        return ExecutionRecord(
+            idempotency_key=job.key,
+            plan_id=job.plan_id,
+            plan_hash=job.plan_hash,
+            tool=job.tool.spec.name,
+            tenant_id=job.principal.tenant_id,
+            user_id=job.principal.user_id,
+            principal=principal_snapshot(job.principal),
+            arguments=canonical_json(dict(job.arguments)).decode(),
+            expected_version=job.expected_version,
+            status=ExecutionStatus.RUNNING,
+            attempts=1,
+            business_id=None,
+            result=None,
+            error_code=None,
+            lease_owner=self._worker,
+            lease_expires_at=self._lease_until(deadline, job.tool),
+            next_check_at=None,
+            checks=0,
+            escalated=False,
+            created_at=now,
+            updated_at=now,
+            retain_until=None,
+            version=1,
+        )
+
+    def _claim(self, record: ExecutionRecord, deadline: float, tool: Tool) -> ExecutionRecord:
+        return record.moved(
+            ExecutionStatus.RUNNING,
+            attempts=record.attempts + 1,
+            lease_owner=self._worker,
+            lease_expires_at=self._lease_until(deadline, tool),
+            updated_at=self._clock.now(),
+        )
+
+    def _context(
+        self,
+        job: WriteJob,
+        record: ExecutionRecord,
+        deadline: float,
+        attempt: int,
+        transaction: sa.Connection | None = None,
+    ) -> ToolContext:
+        return ToolContext(
+            principal=job.principal,
+            call_id=job.call_id,
+            tool=job.tool.spec.name,
+            deadline=deadline,
+            clock=self._clock,
+            idempotency_key=job.key,
+            expected_version=job.expected_version,
+            transaction=transaction,
+            attempt=record.attempts + attempt - 1,
+        )
+
+    async def _run(self, job: WriteJob, record: ExecutionRecord, deadline: float) -> WriteOutcome:
+        tool = job.tool
+        bound = tool.bind(dict(job.arguments))
+        transient = tool.spec.retry.transient
+
+        async def attempt(n: int) -> object:
+            ctx = self._context(job, record, deadline, n)
+            return await within(tool.invoke(bound, ctx), deadline - self._clock.monotonic())
+
+        def retryable(exc: BaseException) -> bool:
+            if isinstance(exc, ToolSignal):
+                return exc.retryable
+            return tool.reconcile is not None and isinstance(exc, transient)
+
+        try:
+            result = await retrying(
+                attempt,
+                policy=tool.spec.retry,
+                retryable=retryable,
+                deadline=deadline,
+                clock=self._clock,
+                sleep=self._sleep,
+                rng=self._rng,
+            )
+        except asyncio.CancelledError:
+            # The caller stopped waiting; the write may still land downstream.
+            await asyncio.shield(self._settle_unknown(job, record, "cancelled while running"))
+            raise
+        except ToolRetryable as signal:
+            # Declared transient and not done: the record goes back to PREPARED so the
+            # same key can run again later.
+            released = record.moved(
+                ExecutionStatus.PREPARED,
+                lease_owner=None,
+                lease_expires_at=None,
+                error_code=signal.code.value,
+                updated_at=self._clock.now(),
+            )
+            return await self._write_outcome(
+                job,
+                record,
+                released,
+                self._error(
+                    job, signal.code, signal.message, retryable=True, retry_after=signal.retry_after
+                ),
+            )
+        except ToolSignal as signal:
+            failed = record.moved(
+                ExecutionStatus.FAILED_FINAL,
+                error_code=signal.code.value,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=self._clock.now(),
+                retain_until=self._retain_until(tool),
+                result=json.dumps({"message": signal.message}),
+            )
+            return await self._write_outcome(
+                job, record, failed, self._error(job, signal.code, signal.message)
+            )
+        except (DeadlineExceededError, Exception) as exc:  # noqa: BLE001 - the tool boundary
+            reason = "deadline passed" if isinstance(exc, DeadlineExceededError) else _name(exc)
+            return await self._settle_unknown(job, record, reason)
+        return await self._succeed(job, record, result)
+
+    async def _succeed(
+        self, job: WriteJob, record: ExecutionRecord, result: object
+    ) -> WriteOutcome:
+        tool = job.tool
+        stored, note = _stored_result(result)
+        succeeded = record.moved(
+            ExecutionStatus.SUCCEEDED,
+            result=stored,
+            business_id=tool.business_id_of(result),
+            error_code=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=self._clock.now(),
+            retain_until=self._retain_until(tool),
+        )
+        return await self._write_outcome(
+            job, record, succeeded, self._from_record(job, succeeded), note=note
+        )
+
+    async def _settle_unknown(
+        self, job: WriteJob, record: ExecutionRecord, reason: str
+    ) -> WriteOutcome:
+        unknown = record.moved(
+            ExecutionStatus.UNKNOWN,
+            error_code=ErrorCode.OUTCOME_UNKNOWN.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            next_check_at=self._clock.now()
+            + timedelta(seconds=job.tool.spec.reconcile.first_check),
+            updated_at=self._clock.now(),
+        )
+        return await self._write_outcome(
+            job, record, unknown, self._from_record(job, unknown), note=reason
+        )
+
+    async def _write_outcome(
+        self,
+        job: WriteJob,
+        current: ExecutionRecord,
+        new: ExecutionRecord,
+        envelope: Envelope,
+        *,
+        note: str | None = None,
+    ) -> WriteOutcome:
+        """Compare-and-set the outcome under our lease; a lost lease means UNKNOWN."""
+        try:
+            written = await self._io(
+                self._store.replace_execution,
+                new,
+                expect_status=current.status,
+                expect_version=current.version,
+                lease_owner=self._worker,
+                lease_valid_at=self._clock.now(),
+            )
+        except StoreError as exc:
+            written = False
+            note = f"{note or ''} outcome not recorded: {exc}".strip()
+        if not written:
+            self._audit(
+                job,
+                "fenced",
+                "refused",
+                code=ErrorCode.OUTCOME_UNKNOWN,
+                detail={"wanted": new.status.value, "note": note},
+            )
+            return WriteOutcome(
+                envelope=self._error(
+                    job,
+                    ErrorCode.OUTCOME_UNKNOWN,
+                    _UNKNOWN_TEXT,
+                ),
+                record=None,
+            )
+        self._audit(
+            job,
+            "outcome",
+            new.status.value.lower(),
+            code=new.error_code,
+            detail={"attempt": new.attempts, "business_id": new.business_id, "note": note},
+        )
+        return WriteOutcome(envelope=envelope, record=new)
+
+    # --- writes into the store's own database -----------------------------------------------------
+
+    async def _execute_local(self, job: WriteJob, deadline: float) -> WriteOutcome:
+        store = self._store
+        if not isinstance(store, SqlStore):
+            raise ConfigurationError(f"LOCAL_WRITE tool {job.tool.spec.name!r} needs a SQL store")
+        try:
+            record, existing = await asyncio.to_thread(
+                self._local_transaction, store, job, deadline
+            )
+        except _LocalRolledBack as rolled:
+            return await self._local_failure(job, rolled.error, deadline)
+        except StoreError as exc:
+            self._audit(
+                job, "outcome", "rolled_back", code=ErrorCode.TRANSIENT, detail={"note": str(exc)}
+            )
+            return WriteOutcome(
+                envelope=self._error(
+                    job,
+                    ErrorCode.TRANSIENT,
+                    "The write was not committed (a database error); nothing changed. It "
+                    "may be retried.",
+                    retryable=True,
+                ),
+                record=None,
+            )
+        if existing is not None:
+            return await self._existing(job, existing, deadline)
+        self._audit(
+            job,
+            "outcome",
+            "succeeded",
+            detail={"attempt": 1, "business_id": record.business_id, "local": True},
+        )
+        return WriteOutcome(envelope=self._from_record(job, record), record=record)
+
+    def _local_transaction(
+        self,
+        store: SqlStore,
+        job: WriteJob,
+        deadline: float,
+    ) -> tuple[ExecutionRecord, ExecutionRecord | None]:
+        """In a worker thread: claim, effect and outcome in one database transaction."""
+        tool = job.tool
+        with store.transaction() as connection:
+            found = store.get_execution(job.key, connection=connection)
+            if found is not None:
+                return found, found
+            record = self._new_record(job, deadline)
+            store.insert_execution(record, connection=connection)
+            ctx = self._context(job, record, deadline, 1, transaction=connection)
+            try:
+                result = asyncio.run(
+                    _bounded(
+                        tool.invoke(tool.bind(dict(job.arguments)), ctx),
+                        deadline - self._clock.monotonic(),
+                    )
+                )
+            except (Exception, DeadlineExceededError) as exc:
+                raise _LocalRolledBack(exc) from exc
+            if self._clock.monotonic() >= deadline:
+                # Committing now would report success to no one; roll back instead.
+                raise _LocalRolledBack(DeadlineExceededError())
+            stored, _ = _stored_result(result)
+            succeeded = record.moved(
+                ExecutionStatus.SUCCEEDED,
+                result=stored,
+                business_id=tool.business_id_of(result),
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=self._clock.now(),
+                retain_until=self._retain_until(tool),
+            )
+            if not store.replace_execution(
+                succeeded,
+                expect_status=record.status,
+                expect_version=record.version,
+                connection=connection,
+            ):  # pragma: no cover - the row is locked by this transaction
+                raise StoreError("own-database execution record changed inside its transaction")
+            return succeeded, None
+
+    async def _local_failure(
+        self, job: WriteJob, error: BaseException, deadline: float
+    ) -> WriteOutcome:
+        """The transaction rolled back: nothing happened. Declared failures are recorded."""
+        if isinstance(error, DeadlineExceededError):
+            self._audit(job, "outcome", "rolled_back", code=ErrorCode.TIMEOUT)
+            return WriteOutcome(
+                envelope=self._error(
+                    job,
+                    ErrorCode.TIMEOUT,
+                    "The write ran out of time and was rolled back; nothing changed. It may "
+                    "be retried.",
+                    retryable=True,
+                ),
+                record=None,
+            )
+        if isinstance(error, ToolSignal) and error.retryable:
+            self._audit(job, "outcome", "rolled_back", code=error.code)
+            return WriteOutcome(
+                envelope=self._error(
+                    job,
+                    error.code,
+                    error.message,
+                    retryable=True,
+                    retry_after=getattr(error, "retry_after", None),
+                ),
+                record=None,
+            )
+        code = error.code if isinstance(error, ToolSignal) else ErrorCode.FAILED_FINAL
+        message = error.message if isinstance(error, ToolSignal) else _GENERIC_FAILURE
+        record = self._new_record(job, deadline).moved(
+            ExecutionStatus.FAILED_FINAL,
+            error_code=code.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            result=json.dumps({"message": message}),
+            retain_until=self._retain_until(job.tool),
+        )
+        if not await self._io(self._store.insert_execution, record):
+            found = await self._io(self._store.get_execution, job.key)
+            if found is not None:
+                return await self._existing(job, found, deadline)
+        self._audit(job, "outcome", "failed_final", code=code, detail={"note": _name(error)})
+        return WriteOutcome(envelope=self._error(job, code, message), record=record)
+
+    # --- envelopes and audit ----------------------------------------------------------------------
+
+    def _retain_until(self, tool: Tool) -> datetime:
+        return self._clock.now() + timedelta(seconds=tool.spec.idempotency.retention_seconds)
+
+    def _from_record(self, job: WriteJob, record: ExecutionRecord) -> Envelope:
+        if record.status is ExecutionStatus.SUCCEEDED:
+            try:
+                return result_envelope(
+                    job.call_id, job.tool.spec, record.result_value, self._max_result_chars
+                )
+            except ValueError:  # pragma: no cover - stored results are JSON already
+                pass
+        if record.status is ExecutionStatus.FAILED_FINAL:
+            code = ErrorCode(record.error_code or ErrorCode.FAILED_FINAL.value)
+            stored = record.result_value
+            message = stored.get("message") if isinstance(stored, dict) else None
+            return self._error(job, code, str(message or _GENERIC_FAILURE))
+        return self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT)
+
+    def _error(
+        self,
+        job: WriteJob,
+        code: ErrorCode,
+        summary: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> Envelope:
+        return Envelope(
+            call_id=job.call_id,
+            tool=job.tool.spec.name,
+            status=Status.ERROR,
+            summary=summary,
+            schema_version=job.tool.spec.schema_version,
+            error=ErrorDetail(code=code, retryable=retryable, retry_after=retry_after),
+        )
+
+    def _refused(self, job: WriteJob, refusal: Refusal) -> Envelope:
+        self._audit(
+            job, refusal.stage, "refused", code=refusal.code, detail={"note": refusal.detail}
+        )
+        return self._error(job, refusal.code, refusal.summary)
+
+    def _audit(
+        self,
+        job: WriteJob,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
+        if not self._auditor.enabled:
+            return
+        principal = job.principal
+        info = {"key": job.key, "plan_id": job.plan_id, "worker": self._worker, **(detail or {})}
+        self._auditor.emit(
+            [
+                self._auditor.event(
+                    kind="write",
+                    stage=stage,
+                    decision=decision,
+                    code=code,
+                    subject=AuditSubject(
+                        request_id=principal.request_id,
+                        tool_call_id=job.call_id[:256],
+                        tool=job.tool.spec.name,
+                        schema_version=job.tool.spec.schema_version,
+                        args_hash=job.plan_hash,
+                        user_id=principal.user_id,
+                        tenant_id=principal.tenant_id,
+                    ),
+                    detail=json.dumps(
+                        {k: v for k, v in info.items() if v is not None},
+                        sort_keys=True,
+                        default=str,
+                    ),
+                ),
+            ],
+        )
+
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+_UNKNOWN_TEXT = (
+    "The write's outcome is not known yet (it may or may not have happened). It is being "
+    "reconciled with the downstream system under the same key. Do not repeat it and do "
+    "not tell the user it failed or succeeded."
+)
+
+
+class _LocalRolledBack(Exception):  # noqa: N818 - carries the cause out of the transaction
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(_name(error))
+        self.error = error
+
+
+async def _bounded(work: Awaitable[T], remaining: float) -> T:
+    return await within(_as_coroutine(work), remaining)
+
+
+async def _as_coroutine(work: Awaitable[T]) -> T:
+    return await work
+
+
+def _stored_result(result: object) -> tuple[str | None, str | None]:
+    """Canonical JSON text of a result, or None and why when it cannot be stored."""
+    try:
+        _, encoded = jsonable(result)
+        return encoded.decode(), None
+    except ValueError as exc:
+        # The effect happened; an unstorable result must not turn it into a failure.
+        return None, f"result not stored: {exc}"[:200]
+
+
+def _name(exc: BaseException) -> str:
+    return type(exc).__name__

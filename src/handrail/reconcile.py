@@ -1,0 +1,378 @@
+"""Reconciliation: settle UNKNOWN writes by asking the downstream system about their key.
+
+A tool's `reconcile(key, ctx)` hook answers with one of three outcomes:
+
+- `Found(result)`: the effect exists; the record becomes SUCCEEDED with that result
+  and its business id (the original ticket number, not a new one);
+- `NotExecuted()`: proof that nothing happened; the write is retried under the same
+  key. A "not found" inside the tool's grace window (replicas lag) is not proof;
+- `NoProof(reason)`: stays UNKNOWN, checked again later with backoff, escalated to
+  people after `escalate_after` checks.
+
+One pass (`Reconciler.run_once`) first declares RUNNING records whose lease expired
+(their worker died) UNKNOWN, then checks every due UNKNOWN record. Each record is
+leased before it is checked, so several reconcilers can run at once safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeAlias, TypeVar
+
+from handrail.audit import Auditor, AuditSink, AuditSubject
+from handrail.clock import Clock, SystemClock
+from handrail.context import ToolContext
+from handrail.deadline import DeadlineExceededError, within
+from handrail.definition import Tool
+from handrail.envelope import jsonable
+from handrail.errors import ErrorCode
+from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.executor import Executor, WriteJob, restore_principal
+from handrail.principal import Principal
+from handrail.registry import Registry
+from handrail.retry import Sleep
+from handrail.spec import ReconcilePolicy
+from handrail.store.base import Store
+
+__all__ = ["Found", "NoProof", "NotExecuted", "PassReport", "Reconciled", "Reconciler"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The downstream system has the effect of this key; `result` is what it holds."""
+
+    result: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotExecuted:
+    """The downstream system proves it never executed this key."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoProof:
+    """Nothing conclusive; check again later."""
+
+    reason: str = "no proof either way"
+
+
+Reconciled: TypeAlias = Found | NotExecuted | NoProof
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PassReport:
+    """What one reconciliation pass did, by idempotency key."""
+
+    expired_leases: tuple[str, ...] = ()
+    succeeded: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    retried: tuple[str, ...] = ()
+    still_unknown: tuple[str, ...] = ()
+    escalated: tuple[str, ...] = ()
+    purged: int = 0
+    skipped: tuple[str, ...] = field(default=())
+    """Due records another reconciler leased first."""
+
+
+class Reconciler:
+    """Finds UNKNOWN writes (and crashed RUNNING ones) and settles them by key."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        audit: AuditSink | None = None,
+        worker_id: str = "reconciler",
+        lease_seconds: float = 60.0,
+        check_timeout: float = 10.0,
+        batch: int = 100,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self._clock = clock or SystemClock()
+        self._auditor = Auditor(audit, self._clock)
+        self._worker = worker_id
+        self._lease = lease_seconds
+        self._check_timeout = check_timeout
+        self._batch = batch
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
+        self._executor = Executor(
+            store,
+            clock=self._clock,
+            auditor=self._auditor,
+            worker_id=worker_id,
+            sleep=sleep,
+            rng=self._rng,
+        )
+
+    async def run_once(self) -> PassReport:
+        """One pass over every due record; safe to run in several processes at once."""
+        report: dict[str, list[str]] = {
+            k: []
+            for k in (
+                "expired_leases",
+                "succeeded",
+                "failed",
+                "retried",
+                "still_unknown",
+                "escalated",
+                "skipped",
+            )
+        }
+        due = await self._io(self._store.due_executions, now=self._clock.now(), limit=self._batch)
+        for record in due:
+            current = record
+            if current.status is ExecutionStatus.RUNNING:
+                unknown = current.moved(
+                    ExecutionStatus.UNKNOWN,
+                    error_code=ErrorCode.OUTCOME_UNKNOWN.value,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    next_check_at=self._clock.now(),
+                    updated_at=self._clock.now(),
+                )
+                if not await self._io(
+                    self._store.replace_execution,
+                    unknown,
+                    expect_status=current.status,
+                    expect_version=current.version,
+                ):
+                    report["skipped"].append(current.idempotency_key)
+                    continue
+                self._audit(unknown, "lease", "expired", code=ErrorCode.OUTCOME_UNKNOWN)
+                report["expired_leases"].append(current.idempotency_key)
+                current = unknown
+            outcome = await self._check(current)
+            report[outcome].append(current.idempotency_key)
+            if outcome == "still_unknown" and self._escalated_now(current):
+                report["escalated"].append(current.idempotency_key)
+        purged = await self._io(self._store.purge_executions, now=self._clock.now())
+        return PassReport(**{k: tuple(v) for k, v in report.items()}, purged=purged)
+
+    async def run_forever(
+        self, *, interval: float = 5.0, stop: asyncio.Event | None = None
+    ) -> None:
+        """Worker mode: a pass every `interval` seconds until `stop` is set."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            await self.run_once()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                continue
+
+    def _escalated_now(self, record: ExecutionRecord) -> bool:
+        return not record.escalated and record.checks + 1 >= self._policy(record).escalate_after
+
+    def _tool(self, name: str) -> Tool | None:
+        return self._registry.get(name) if name in self._registry else None
+
+    def _policy(self, record: ExecutionRecord) -> ReconcilePolicy:
+        tool = self._tool(record.tool)
+        return tool.spec.reconcile if tool is not None else ReconcilePolicy()
+
+    async def _check(self, record: ExecutionRecord) -> str:
+        """Lease one UNKNOWN record, ask its tool, and write what was learned."""
+        now = self._clock.now()
+        leased = record.moved(
+            ExecutionStatus.UNKNOWN,
+            lease_owner=self._worker,
+            lease_expires_at=now + timedelta(seconds=self._lease),
+            updated_at=now,
+        )
+        if not await self._io(
+            self._store.replace_execution,
+            leased,
+            expect_status=record.status,
+            expect_version=record.version,
+        ):
+            return "skipped"
+        tool = self._tool(leased.tool)
+        principal = restore_principal(leased.principal)
+        if tool is None or tool.reconcile is None:
+            answer: Reconciled = NoProof("the tool has no reconcile hook; a person must decide")
+        else:
+            ctx = ToolContext(
+                principal=principal,
+                call_id=f"reconcile-{leased.idempotency_key[-12:]}",
+                tool=leased.tool,
+                deadline=self._clock.monotonic() + self._check_timeout,
+                clock=self._clock,
+                idempotency_key=leased.idempotency_key,
+                expected_version=leased.expected_version,
+                attempt=leased.attempts,
+            )
+            answer = await self._ask(tool.reconcile, leased.idempotency_key, ctx)
+        policy = self._policy(leased)
+        if isinstance(answer, NotExecuted) and now - leased.created_at < timedelta(
+            seconds=policy.not_found_grace
+        ):
+            answer = NoProof("not found inside the grace window; replicas may lag")
+        if isinstance(answer, Found):
+            return await self._found(leased, answer, tool)
+        if isinstance(answer, NotExecuted) and tool is not None:
+            return await self._retry(leased, tool, principal)
+        return await self._inconclusive(
+            leased, answer.reason if isinstance(answer, NoProof) else "no tool"
+        )
+
+    async def _ask(self, hook: Callable[..., Any], key: str, ctx: ToolContext) -> Reconciled:
+        try:
+            if asyncio.iscoroutinefunction(hook):
+                answer = await within(hook(key, ctx), ctx.remaining())
+            else:
+                answer = await within(asyncio.to_thread(hook, key, ctx), ctx.remaining())
+        except DeadlineExceededError:
+            return NoProof("the reconcile check timed out")
+        except Exception as exc:  # noqa: BLE001 - a failing check is no proof
+            return NoProof(f"the reconcile check failed: {type(exc).__name__}")
+        if not isinstance(answer, Found | NotExecuted | NoProof):
+            return NoProof(f"the reconcile hook returned {type(answer).__name__}")
+        return answer
+
+    async def _found(self, record: ExecutionRecord, answer: Found, tool: Tool | None) -> str:
+        try:
+            _, encoded = jsonable(answer.result)
+            stored: str | None = encoded.decode()
+        except ValueError:
+            stored = None
+        retention = tool.spec.idempotency.retention_seconds if tool is not None else 86_400.0
+        succeeded = record.moved(
+            ExecutionStatus.SUCCEEDED,
+            result=stored,
+            business_id=tool.business_id_of(answer.result) if tool is not None else None,
+            error_code=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            next_check_at=None,
+            checks=record.checks + 1,
+            updated_at=self._clock.now(),
+            retain_until=self._clock.now() + timedelta(seconds=retention),
+        )
+        if not await self._write(record, succeeded):
+            return "skipped"
+        self._audit(
+            succeeded, "reconcile", "succeeded", detail={"business_id": succeeded.business_id}
+        )
+        return "succeeded"
+
+    async def _retry(self, record: ExecutionRecord, tool: Tool, principal: Principal) -> str:
+        deadline = self._clock.monotonic() + tool.spec.timeout
+        running = record.moved(
+            ExecutionStatus.RUNNING,
+            attempts=record.attempts + 1,
+            checks=record.checks + 1,
+            next_check_at=None,
+            lease_owner=self._worker,
+            lease_expires_at=self._clock.now()
+            + timedelta(seconds=tool.spec.timeout + tool.spec.reconcile.lease_grace),
+            updated_at=self._clock.now(),
+        )
+        if not await self._write(record, running):
+            return "skipped"
+        self._audit(running, "reconcile", "retrying", detail={"attempt": running.attempts})
+        job = WriteJob(
+            tool=tool,
+            arguments=json.loads(record.arguments),
+            principal=principal,
+            key=record.idempotency_key,
+            plan_hash=record.plan_hash,
+            plan_id=record.plan_id,
+            expected_version=record.expected_version,
+            call_id=f"reconcile-{record.idempotency_key[-12:]}",
+        )
+        outcome = await self._executor.retry_record(job, running, deadline=deadline)
+        status = outcome.record.status if outcome.record is not None else ExecutionStatus.UNKNOWN
+        if status is ExecutionStatus.SUCCEEDED:
+            return "succeeded"
+        if status is ExecutionStatus.FAILED_FINAL:
+            return "failed"
+        return "retried"
+
+    async def _inconclusive(self, record: ExecutionRecord, reason: str) -> str:
+        policy = self._policy(record)
+        checks = record.checks + 1
+        ceiling = min(policy.max_interval, policy.first_check * 2**checks)
+        wait = self._rng.uniform(ceiling / 2, ceiling)
+        later = record.moved(
+            ExecutionStatus.UNKNOWN,
+            checks=checks,
+            escalated=record.escalated or checks >= policy.escalate_after,
+            next_check_at=self._clock.now() + timedelta(seconds=wait),
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=self._clock.now(),
+        )
+        if not await self._write(record, later):
+            return "skipped"
+        self._audit(
+            later,
+            "reconcile",
+            "escalated" if later.escalated and not record.escalated else "still_unknown",
+            code=ErrorCode.OUTCOME_UNKNOWN,
+            detail={"reason": reason, "checks": checks, "next_check_in_s": round(wait, 3)},
+        )
+        return "still_unknown"
+
+    async def _write(self, current: ExecutionRecord, new: ExecutionRecord) -> bool:
+        return await self._io(
+            self._store.replace_execution,
+            new,
+            expect_status=current.status,
+            expect_version=current.version,
+            lease_owner=self._worker,
+            lease_valid_at=self._clock.now(),
+        )
+
+    def _audit(
+        self,
+        record: ExecutionRecord,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        if not self._auditor.enabled:
+            return
+        info = {
+            "key": record.idempotency_key,
+            "plan_id": record.plan_id,
+            "worker": self._worker,
+            **(detail or {}),
+        }
+        self._auditor.emit(
+            [
+                self._auditor.event(
+                    kind="write",
+                    stage=stage,
+                    decision=decision,
+                    code=code,
+                    subject=AuditSubject(
+                        tool=record.tool,
+                        args_hash=record.plan_hash,
+                        user_id=record.user_id,
+                        tenant_id=record.tenant_id,
+                    ),
+                    detail=json.dumps(
+                        {k: v for k, v in info.items() if v is not None},
+                        sort_keys=True,
+                        default=str,
+                    ),
+                ),
+            ],
+        )
+
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
+        return await asyncio.to_thread(fn, *args, **kwargs)

@@ -1,0 +1,39 @@
+"""PostgresStore: the store for several instances, through psycopg 3.
+
+Configured by a URL (`postgresql://user@host:port/db`). Uniqueness and compare-and-set
+come from the database as on SQLite; concurrent inserts of one key block on the unique
+index until the first commits, then lose. Queries live in `SqlStore`.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from handrail.errors import ConfigurationError
+from handrail.store.sql import SqlStore
+
+__all__ = ["PostgresStore"]
+
+_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+
+
+class PostgresStore(SqlStore):
+    """A Store in a PostgreSQL database; `open` connects and (by default) migrates."""
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True, pool_size: int = 10) -> PostgresStore:
+        """Connect to `url` with psycopg 3; the schema is migrated unless told not to."""
+        if not url.startswith(_SCHEMES):
+            raise ConfigurationError("a PostgreSQL store URL starts with postgresql://")
+        driver_url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        engine = sa.create_engine(
+            driver_url,
+            pool_size=pool_size,
+            pool_pre_ping=True,
+            # Committed means on disk, as with SQLite's synchronous=FULL.
+            connect_args={"options": "-c synchronous_commit=on -c timezone=UTC"},
+        )
+        store = cls(engine)
+        if migrate:
+            store.migrate()
+        return store

@@ -1,0 +1,544 @@
+"""Writes: plan → confirm (or approve) → execute once, for the host application.
+
+The gate proposes a plan when a model asks for a write that passed all four checks;
+the model only learns that a plan awaits confirmation. The host shows the plan to a
+person and asks this service for a token (`issue_token`), which goes to that person's
+UI and comes back with their authenticated request (`confirm` or `approve`). Then
+`execute_plan` runs it under the plan's idempotency key, as many times as anyone
+asks, with one effect. Confirmation never comes from model output or chat text: only
+a token this keyring signed for that principal confirms anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from handrail.audit import Auditor, AuditSink, AuditSubject
+from handrail.canonical import canonical_json
+from handrail.clock import Clock, SystemClock
+from handrail.confirmation import ConfirmationToken, Keyring
+from handrail.context import ToolContext
+from handrail.definition import BoundArguments, Tool
+from handrail.errors import (
+    ErrorCode,
+    Refusal,
+    StoreError,
+    WriteRefusedError,
+)
+from handrail.execution import command_key, intent_hash, plan_key
+from handrail.executor import Executor, WriteJob, WriteOutcome
+from handrail.plans import Impact, Plan, PlanRecord, PlanState
+from handrail.policy import check_permissions
+from handrail.principal import Principal
+from handrail.registry import Registry
+from handrail.retry import Sleep
+from handrail.spec import ConfirmationMode
+from handrail.store.base import Store
+
+__all__ = ["Writes"]
+
+T = TypeVar("T")
+
+_PLAN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MODE_RANK = {ConfirmationMode.NONE: 0, ConfirmationMode.CONFIRM: 1, ConfirmationMode.APPROVE: 2}
+
+
+def stricter(a: ConfirmationMode, b: ConfirmationMode) -> ConfirmationMode:
+    """The stricter of two confirmation requirements."""
+    return a if _MODE_RANK[a] >= _MODE_RANK[b] else b
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Checked:
+    record: PlanRecord
+    tool: Tool
+
+
+class Writes:
+    """Plans, confirmations, approvals and keyed executions over one Store.
+
+    Every dependency is explicit: the registry that says what each tool is, the
+    keyring that signs tokens, the clock, ids and randomness. Several processes may
+    share one store; every step that could race is settled in the database.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: Store,
+        keyring: Keyring,
+        *,
+        clock: Clock | None = None,
+        audit: AuditSink | None = None,
+        worker_id: str | None = None,
+        new_id: Callable[[], str] | None = None,
+        max_result_chars: int = 64_000,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self._keyring = keyring
+        self._clock = clock or SystemClock()
+        self._auditor = Auditor(audit, self._clock, new_id=new_id)
+        self._new_id = new_id or (lambda: secrets.token_hex(16))
+        self.executor = Executor(
+            store,
+            clock=self._clock,
+            auditor=self._auditor,
+            worker_id=worker_id or f"worker-{secrets.token_hex(6)}",
+            max_result_chars=max_result_chars,
+            sleep=sleep,
+            rng=rng,
+        )
+
+    @property
+    def store(self) -> Store:
+        """The store plans and executions live in."""
+        return self._store
+
+    @property
+    def clock(self) -> Clock:
+        """The clock plans expire by."""
+        return self._clock
+
+    # --- proposing (called by the gate after all four checks) --------------------------------
+
+    async def propose(
+        self,
+        tool: Tool,
+        bound: BoundArguments,
+        principal: Principal,
+        *,
+        mode: ConfirmationMode,
+        ctx: ToolContext,
+        revises: str | None = None,
+    ) -> Plan:
+        """Build and store an immutable plan for a validated, authorized write."""
+        spec = tool.spec
+        expected = (
+            await _call(tool.resolve_version, bound.value, ctx) if tool.resolve_version else None
+        )
+        impact = (
+            await _call(tool.impact, bound.value, ctx)
+            if tool.impact
+            else Impact(
+                action=f"call {spec.name}",
+                target=canonical_json(dict(bound.json)).decode()[:200],
+                reversible=spec.risk < spec.risk.L3_HIGH_RISK_WRITE,
+            )
+        )
+        if not isinstance(impact, Impact):
+            msg = f"the impact hook of {spec.name} returned {type(impact).__name__}, not Impact"
+            raise TypeError(msg)
+        now = self._clock.now()
+        plan = Plan.create(
+            plan_id=self._new_id(),
+            tool=spec.name,
+            schema_version=spec.schema_version,
+            arguments=bound.json,
+            expected_version=None if expected is None else str(expected),
+            user_id=principal.user_id,
+            tenant_id=principal.tenant_id,
+            risk=spec.risk,
+            confirmation=mode,
+            required_approvals=spec.confirmation.distinct_approvers
+            if mode is ConfirmationMode.APPROVE
+            else 1,
+            impact=impact,
+            created_at=now,
+            expires_at=now + timedelta(seconds=spec.confirmation.ttl_seconds),
+            revises=revises,
+        )
+        record = PlanRecord(plan=plan, state=PlanState.PROPOSED, version=1, updated_at=now)
+        if not await self._io(self._store.insert_plan, record):
+            raise StoreError(f"plan id {plan.plan_id!r} collided; the id source is not unique")
+        self._audit(
+            plan, principal, "plan", "proposed", detail={"mode": mode.value, "revises": revises}
+        )
+        return plan
+
+    # --- confirming ---------------------------------------------------------------------------
+
+    async def get_plan(self, plan_id: str, principal: Principal) -> PlanRecord:
+        """A plan of the principal's tenant; NOT_FOUND for any other (no existence leak)."""
+        record = await self._io(self._store.get_plan, plan_id) if _plausible_id(plan_id) else None
+        if record is None or record.plan.tenant_id != principal.tenant_id:
+            raise WriteRefusedError(ErrorCode.NOT_FOUND, "There is no such plan.")
+        return record
+
+    async def issue_token(self, plan_id: str, principal: Principal) -> ConfirmationToken:
+        """A one-time token for this principal to confirm or approve the plan.
+
+        CONFIRM plans: only the requester. APPROVE plans: holders of the approver
+        permission other than the requester. The plan then awaits confirmation.
+        """
+        checked = await self._decider(plan_id, principal)
+        record = checked.record
+        if record.state is PlanState.PROPOSED:
+            await self._io(
+                self._store.move_plan,
+                plan_id,
+                expect_state=PlanState.PROPOSED,
+                expect_version=record.version,
+                state=PlanState.AWAITING_CONFIRMATION,
+                at=self._clock.now(),
+            )
+        elif record.state is not PlanState.AWAITING_CONFIRMATION:
+            raise WriteRefusedError(
+                ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
+            )
+        token = self._keyring.issue(record.plan, principal)
+        self._audit(
+            record.plan,
+            principal,
+            "token",
+            "issued",
+            detail={"nonce": token.claims.nonce, "kid": token.claims.key_id},
+        )
+        return token
+
+    async def confirm(self, plan_id: str, token: str, principal: Principal) -> PlanRecord:
+        """Confirm (CONFIRM plans) or approve (APPROVE plans) with a token; one use each.
+
+        Refusals raise WriteRefusedError with their own code: CONFIRMATION_INVALID
+        (forged, altered, another person's), PLAN_CHANGED (issued for another plan or
+        hash), PLAN_EXPIRED, CONFIRMATION_REPLAYED, PERMISSION_DENIED, PLAN_CLOSED.
+        """
+        record = await self.get_plan(plan_id, principal)
+        plan = record.plan
+        try:
+            claims = self._keyring.verify(token, principal)
+        except Refusal as refusal:
+            self._audit(
+                plan,
+                principal,
+                "confirm",
+                "refused",
+                code=refusal.code,
+                detail={"note": refusal.detail},
+            )
+            raise WriteRefusedError(refusal.code, refusal.summary) from None
+        if (
+            claims.plan_id != plan.plan_id
+            or claims.plan_hash != plan.plan_hash
+            or not plan.verify_hash()
+        ):
+            raise self._refuse(
+                plan,
+                principal,
+                ErrorCode.PLAN_CHANGED,
+                "The token was issued for a different plan; confirm the current plan.",
+            )
+        checked = await self._decider(plan_id, principal, record=record)
+        if not await self._io(
+            self._store.use_nonce,
+            claims.nonce,
+            plan_id=plan_id,
+            user_id=principal.user_id,
+            at=self._clock.now(),
+        ):
+            raise self._refuse(
+                plan,
+                principal,
+                ErrorCode.CONFIRMATION_REPLAYED,
+                "This confirmation was already used.",
+            )
+        record = checked.record
+        if record.state not in {PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION}:
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
+            )
+        if plan.confirmation is ConfirmationMode.APPROVE:
+            await self._io(
+                self._store.add_approval, plan_id, user_id=principal.user_id, at=self._clock.now()
+            )
+            fresh = await self.get_plan(plan_id, principal)
+            self._audit(
+                plan,
+                principal,
+                "approve",
+                "approved",
+                detail={"approvals": len(fresh.approvals), "required": plan.required_approvals},
+            )
+            if len(fresh.approvals) < plan.required_approvals:
+                return fresh
+            record = fresh
+        moved = await self._io(
+            self._store.move_plan,
+            plan_id,
+            expect_state=record.state,
+            expect_version=record.version,
+            state=PlanState.CONFIRMED,
+            at=self._clock.now(),
+        )
+        fresh = await self.get_plan(plan_id, principal)
+        if moved:
+            self._audit(plan, principal, "confirm", "confirmed")
+        elif fresh.state is not PlanState.CONFIRMED:  # pragma: no cover - raced with a rejection
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_CLOSED, f"The plan is {fresh.state.value.lower()}."
+            )
+        return fresh
+
+    async def reject(
+        self, plan_id: str, principal: Principal, *, state: PlanState = PlanState.REJECTED
+    ) -> PlanRecord:
+        """Reject (or, from the gate, supersede) a plan that is not yet executed."""
+        record = await self.get_plan(plan_id, principal)
+        while record.state in {
+            PlanState.PROPOSED,
+            PlanState.AWAITING_CONFIRMATION,
+            PlanState.CONFIRMED,
+        }:
+            if await self._io(
+                self._store.move_plan,
+                plan_id,
+                expect_state=record.state,
+                expect_version=record.version,
+                state=state,
+                at=self._clock.now(),
+            ):
+                self._audit(record.plan, principal, "plan", state.value.lower())
+                return await self.get_plan(plan_id, principal)
+            record = await self.get_plan(plan_id, principal)
+        raise WriteRefusedError(ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}.")
+
+    # --- executing ----------------------------------------------------------------------------
+
+    async def execute_plan(
+        self,
+        plan_id: str,
+        principal: Principal,
+        *,
+        timeout: float = 30.0,
+        call_id: str | None = None,
+    ) -> WriteOutcome:
+        """Run a confirmed plan once under its key; later calls return the same outcome.
+
+        Only the requester executes, with their current permissions. A target whose
+        version moved since confirmation is VERSION_CONFLICT and nothing is written.
+        """
+        deadline = self._clock.monotonic() + timeout
+        record = await self.get_plan(plan_id, principal)
+        plan = record.plan
+        if principal.user_id != plan.user_id:
+            raise self._refuse(
+                plan,
+                principal,
+                ErrorCode.PERMISSION_DENIED,
+                "Only the person who asked can execute this plan.",
+            )
+        tool = self._registry.lookup(plan.tool, principal)
+        if tool is None:
+            raise self._refuse(
+                plan, principal, ErrorCode.UNKNOWN_TOOL, "The plan's tool is no longer available."
+            )
+        key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
+        job = WriteJob(
+            tool=tool,
+            arguments=plan.argument_values,
+            principal=principal,
+            key=key,
+            plan_hash=plan.plan_hash,
+            plan_id=plan.plan_id,
+            expected_version=plan.expected_version,
+            call_id=call_id or plan.plan_id,
+        )
+        if await self._io(self._store.get_execution, key) is not None:
+            return await self.executor.execute(job, deadline=deadline)
+        self._check_executable(record, tool, principal)
+        if tool.resolve_version is not None:
+            ctx = ToolContext(
+                principal=principal,
+                call_id=job.call_id,
+                tool=tool.spec.name,
+                deadline=deadline,
+                clock=self._clock,
+                idempotency_key=key,
+                expected_version=plan.expected_version,
+            )
+            current = await _call(tool.resolve_version, tool.bind(plan.argument_values).value, ctx)
+            if (None if current is None else str(current)) != plan.expected_version:
+                await self.reject(plan_id, principal)
+                raise self._refuse(
+                    plan,
+                    principal,
+                    ErrorCode.VERSION_CONFLICT,
+                    "The target changed after the plan was confirmed; nothing was written. "
+                    "Re-read it and propose a new plan.",
+                )
+        return await self.executor.execute(job, deadline=deadline)
+
+    def _check_executable(self, record: PlanRecord, tool: Tool, principal: Principal) -> None:
+        plan = record.plan
+        if record.state in {PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION}:
+            code = (
+                ErrorCode.NEEDS_APPROVAL
+                if plan.confirmation is ConfirmationMode.APPROVE
+                else ErrorCode.NEEDS_CONFIRMATION
+            )
+            raise self._refuse(plan, principal, code, "The plan is not confirmed yet.")
+        if record.state is PlanState.EXPIRED or self._clock.now() >= plan.expires_at:
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_EXPIRED, "The plan expired before it was executed."
+            )
+        if record.state is not PlanState.CONFIRMED:
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
+            )
+        if tool.spec.schema_version != plan.schema_version:
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_CHANGED, "The tool changed since the plan was made."
+            )
+        try:
+            check_permissions(principal, tool.spec)
+        except Refusal as refusal:
+            raise self._refuse(plan, principal, refusal.code, refusal.summary) from None
+
+    async def execute_command(
+        self,
+        tool: Tool,
+        bound: BoundArguments,
+        principal: Principal,
+        *,
+        command_id: str,
+        call_id: str,
+        deadline: float,
+    ) -> WriteOutcome:
+        """Run an unconfirmed write keyed by the host's command id (not the model's)."""
+        spec = tool.spec
+        arguments = canonical_json(dict(bound.json)).decode()
+        job = WriteJob(
+            tool=tool,
+            arguments=bound.json,
+            principal=principal,
+            key=command_key(
+                tenant_id=principal.tenant_id,
+                tool=spec.name,
+                command_id=command_id,
+                user_id=principal.user_id,
+                scope=spec.idempotency.scope,
+            ),
+            plan_hash=intent_hash(
+                tool=spec.name,
+                schema_version=spec.schema_version,
+                arguments=arguments,
+                tenant_id=principal.tenant_id,
+            ),
+            call_id=call_id,
+        )
+        return await self.executor.execute(job, deadline=deadline)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    async def _decider(
+        self, plan_id: str, principal: Principal, *, record: PlanRecord | None = None
+    ) -> _Checked:
+        """The plan and its tool, if `principal` may decide on it now; refuses otherwise."""
+        record = record or await self.get_plan(plan_id, principal)
+        plan = record.plan
+        tool = self._registry.lookup(plan.tool, principal)
+        spec = None if tool is None else tool.spec
+        if plan.confirmation is ConfirmationMode.CONFIRM:
+            allowed = principal.user_id == plan.user_id
+        else:
+            permission = None if spec is None else spec.confirmation.approver_permission
+            allowed = (
+                permission is not None
+                and permission in principal.permissions
+                and principal.user_id != plan.user_id
+            )
+        if not allowed or tool is None:
+            raise self._refuse(
+                plan,
+                principal,
+                ErrorCode.PERMISSION_DENIED,
+                "You may not confirm or approve this plan.",
+            )
+        if self._clock.now() >= plan.expires_at:
+            if record.state in {
+                PlanState.PROPOSED,
+                PlanState.AWAITING_CONFIRMATION,
+                PlanState.CONFIRMED,
+            }:
+                await self._io(
+                    self._store.move_plan,
+                    plan_id,
+                    expect_state=record.state,
+                    expect_version=record.version,
+                    state=PlanState.EXPIRED,
+                    at=self._clock.now(),
+                )
+            raise self._refuse(
+                plan, principal, ErrorCode.PLAN_EXPIRED, "The plan expired; ask for a new one."
+            )
+        return _Checked(record=record, tool=tool)
+
+    def _refuse(
+        self, plan: Plan, principal: Principal, code: ErrorCode, message: str
+    ) -> WriteRefusedError:
+        self._audit(plan, principal, "confirm", "refused", code=code)
+        return WriteRefusedError(code, message)
+
+    def _audit(
+        self,
+        plan: Plan,
+        principal: Principal,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not self._auditor.enabled:
+            return
+        info = {"plan_id": plan.plan_id, "plan_hash": plan.plan_hash, **(detail or {})}
+        self._auditor.emit(
+            [
+                self._auditor.event(
+                    kind="plan",
+                    stage=stage,
+                    decision=decision,
+                    code=code,
+                    subject=AuditSubject(
+                        request_id=principal.request_id,
+                        tool=plan.tool,
+                        schema_version=plan.schema_version,
+                        args_hash=plan.plan_hash,
+                        user_id=principal.user_id,
+                        tenant_id=principal.tenant_id,
+                    ),
+                    detail=json.dumps(
+                        {k: v for k, v in info.items() if v is not None},
+                        sort_keys=True,
+                        default=str,
+                    ),
+                ),
+            ],
+        )
+
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _plausible_id(plan_id: object) -> bool:
+    return isinstance(plan_id, str) and _PLAN_ID.fullmatch(plan_id) is not None
+
+
+async def _call(hook: Callable[..., Any], *args: Any) -> Any:  # noqa: ANN401
+    """Run a sync hook in a worker thread, or await an async one."""
+    if asyncio.iscoroutinefunction(hook):
+        return await hook(*args)
+    outcome = await asyncio.to_thread(hook, *args)
+    if asyncio.iscoroutine(outcome):
+        return await outcome
+    return outcome
