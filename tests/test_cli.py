@@ -1,14 +1,19 @@
+import asyncio
 import json
 import re
+import secrets
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from examples.recovery import build_app as build_recovery
 from typer.testing import CliRunner
 
-from handrail import cli
+from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
+from handrail.testing import FixedClock
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = "bookstore.delete_all_orders"
@@ -291,3 +296,196 @@ def test_the_demo_outside_the_repository_exits_2(
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert not (tmp_path / "audit.db").exists()
+
+
+def test_the_demo_runs_the_recovery_scenario_after_the_bookstore(
+    runner: CliRunner,
+    tmp_path: Path,
+) -> None:
+    result = runner.invoke(cli.app, ["demo", "--db", str(tmp_path / "audit.db")])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.index("the bookstore example") < out.index("recovering a write whose response")
+    for code in (
+        "NEEDS_CONFIRMATION",
+        "OUTCOME_UNKNOWN",
+        "SUCCEEDED TK-0001",
+        "CONFIRMATION_INVALID",
+        "CONFIRMATION_REPLAYED",
+        "PLAN_EXPIRED",
+        "PLAN_CHANGED",
+    ):
+        assert code in out
+    assert "UNEXPECTED" not in out
+    assert "1 ticket(s) in the service after 1 create call(s)" in out
+    assert (tmp_path / "recovery.db").is_file()
+    assert (tmp_path / "recovery-tickets.db").is_file()
+
+
+RECOVERY_APP = "examples.recovery.app:build_app"
+
+
+@pytest.fixture
+def unknown_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A confirmed ticket whose response was lost: UNKNOWN in the store, TK-0001 downstream."""
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    store_path = tmp_path / "store.db"
+    service_db = tmp_path / "tickets.db"
+    # An hour ago, so that the record is due for the command's real clock.
+    clock = FixedClock(datetime.now(UTC) - timedelta(hours=1))
+    app = build_recovery(service_db=service_db, clock=clock)
+    app.service.reset()
+    store = open_store(store_path)
+    writes = app.writes(store, Keyring(SigningKey("test", secrets.token_bytes(32))))
+    nurse = Principal(
+        user_id="u-1001",
+        tenant_id="hospital-a",
+        permissions=frozenset({"assets.read", "tickets.create"}),
+    )
+    arguments = {"asset_id": "asset-lis-result", "reason": "timed out", "priority": "HIGH"}
+
+    async def lose_a_response() -> str:
+        call = ToolCall(
+            id="c1", name="recovery.create_recovery_ticket", arguments=json.dumps(arguments)
+        )
+        envelope = await app.gate(writes).handle(call, nurse)
+        plan_id = str(envelope.data["plan_id"])
+        token = await writes.issue_token(plan_id, nurse)
+        await writes.confirm(plan_id, token.value, nurse)
+        app.link.arm()
+        outcome = await writes.execute_plan(plan_id, nurse)
+        assert outcome.record is not None
+        assert outcome.record.status.value == "UNKNOWN"
+        return outcome.record.idempotency_key
+
+    try:
+        key = asyncio.run(lose_a_response())
+        ticket = app.service.find(key)
+        assert ticket is not None
+    finally:
+        store.close()
+        app.service.close()
+    return {
+        "store": str(store_path),
+        "service_db": str(service_db),
+        "key": key,
+        "ticket_no": ticket.ticket_no,
+    }
+
+
+def _execution_status(store_url: str, key: str) -> tuple[str, str | None]:
+    store = open_store(store_url, migrate=False)
+    try:
+        record = store.get_execution(key)
+    finally:
+        store.close()
+    assert record is not None
+    return record.status.value, record.business_id
+
+
+def test_reconcile_settles_an_unknown_write_that_the_service_committed(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", unknown_write["store"]],
+        env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert _execution_status(unknown_write["store"], unknown_write["key"]) == (
+        "SUCCEEDED",
+        unknown_write["ticket_no"],
+    )
+    assert re.search(r"succeeded\s*│\s*1\s", result.stdout)
+    assert f"SUCCEEDED recovery.create_recovery_ticket {unknown_write['ticket_no']}" in (
+        result.stdout
+    )
+    assert unknown_write["key"] in result.stdout
+
+
+def test_reconcile_a_second_time_finds_nothing_left_to_settle(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    env = {"RECOVERY_SERVICE_DB": unknown_write["service_db"], "HANDRAIL_STORE": ""}
+    arguments = ["reconcile", "--app", RECOVERY_APP, "--store", unknown_write["store"]]
+    assert runner.invoke(cli.app, arguments, env=env).exit_code == 0
+    again = runner.invoke(cli.app, arguments, env=env)
+    assert again.exit_code == 0, again.output
+    assert re.search(r"succeeded\s*│\s*0\s", again.stdout)
+    assert "SUCCEEDED recovery" not in again.stdout
+
+
+def test_reconcile_reads_the_store_named_by_handrail_store(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP],
+        env={
+            "RECOVERY_SERVICE_DB": unknown_write["service_db"],
+            "HANDRAIL_STORE": f"sqlite:///{unknown_write['store']}",
+        },
+    )
+    assert result.exit_code == 0, result.output
+    assert _execution_status(unknown_write["store"], unknown_write["key"])[0] == "SUCCEEDED"
+
+
+def test_reconcile_watch_runs_passes_until_its_limit(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        [
+            "reconcile",
+            "--app",
+            RECOVERY_APP,
+            "--store",
+            unknown_write["store"],
+            "--watch",
+            "--max-passes",
+            "1",
+        ],
+        env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"pass 1: 0 expired leases, 1 succeeded", result.stdout)
+    assert "stopped after 1 pass(es)" in result.stdout
+    assert _execution_status(unknown_write["store"], unknown_write["key"])[0] == "SUCCEEDED"
+
+
+def test_reconcile_of_a_missing_store_exits_2_and_creates_no_file(
+    runner: CliRunner,
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "none.db"
+    result = runner.invoke(cli.app, ["reconcile", "--app", RECOVERY_APP, "--store", str(missing)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no store at")
+    assert "Traceback" not in result.output
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["reconcile", "--app", RECOVERY_APP],
+        ["reconcile", "--store", "x.db"],
+        ["reconcile", "--app", RECOVERY_APP, "--store", "x.db", "--max-passes", "2"],
+        ["reconcile", "--app", RECOVERY_APP, "--store", "mysql://db/handrail"],
+    ],
+    ids=["no-store", "no-app", "max-passes-without-watch", "unsupported-url"],
+)
+def test_reconcile_without_what_it_needs_exits_2(
+    runner: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: list[str],
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    result = runner.invoke(cli.app, arguments)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert not (REPO / "x.db").exists()

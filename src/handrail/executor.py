@@ -511,7 +511,13 @@ class Executor:
             if found is not None:
                 return found, found
             record = self._new_record(job, deadline)
-            store.insert_execution(record, connection=connection)
+            if not store.insert_execution(record, connection=connection):
+                # A concurrent duplicate committed first (PostgreSQL waited for it on
+                # the unique index); its record is the outcome.
+                found = store.get_execution(job.key, connection=connection)
+                if found is None:  # pragma: no cover - the winner's row is committed
+                    raise StoreError("a conflicting execution record vanished")
+                return found, found
             ctx = self._context(job, record, deadline, 1, transaction=connection)
             try:
                 result = asyncio.run(

@@ -10,6 +10,7 @@ before lookup (breaker) and after the policy's decision (bypass).
 from __future__ import annotations
 
 import asyncio
+import random
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
@@ -38,7 +39,8 @@ from handrail.policy import Decision, Outcome, Policy, check_permissions, descri
 from handrail.principal import Principal
 from handrail.quota import Limiter
 from handrail.registry import Registry
-from handrail.spec import ConfirmationMode, IdempotencyMode
+from handrail.retry import Sleep, retrying
+from handrail.spec import ConfirmationMode, ConfirmationPolicy, IdempotencyMode
 from handrail.validation import (
     ArgumentLimits,
     check_business_rules,
@@ -163,6 +165,8 @@ class Gate:
         max_concurrency: int = 8,
         new_id: Callable[[], str] | None = None,
         writes: Writes | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
     ) -> None:
         if default_timeout <= 0 or max_result_chars <= 0 or max_concurrency <= 0:
             raise ConfigurationError("timeouts, result limits and concurrency must be positive")
@@ -180,6 +184,9 @@ class Gate:
         self._max_concurrency = max_concurrency
         # None: writes are refused with RISK_BLOCKED (a read-only gate).
         self._writes = writes
+        # Retry backoff of reads: injected so tests neither wait nor guess.
+        self._sleep = sleep
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
 
     @property
     def registry(self) -> Registry:
@@ -267,6 +274,7 @@ class Gate:
 
             check_permissions(principal, tool.spec)
             required = tool.spec.confirmation.mode
+            approval: ConfirmationPolicy | None = None
             if self._policy is not None:
                 decision = await self._decide(
                     self._policy,
@@ -287,6 +295,7 @@ class Gate:
                 ):
                     # A write the policy wants confirmed becomes a plan below.
                     required = stricter(required, _ASKS[decision.outcome])
+                    approval = decision.approval or approval
                 elif refusal is not None:
                     raise refusal
                 if trail:
@@ -329,6 +338,7 @@ class Gate:
                     bound,
                     principal,
                     required=required,
+                    approval=approval,
                     deadline=call_deadline,
                     command_id=command_id,
                     revises=_revises,
@@ -496,6 +506,7 @@ class Gate:
         principal: Principal,
         *,
         required: ConfirmationMode,
+        approval: ConfirmationPolicy | None,
         deadline: float,
         command_id: str | None,
         revises: str | None,
@@ -511,7 +522,8 @@ class Gate:
                 stage="risk",
                 detail="writes need the plan/confirm path, which this gate does not run",
             )
-        if required is ConfirmationMode.APPROVE and spec.confirmation.approver_permission is None:
+        approvers = approval or spec.confirmation
+        if required is ConfirmationMode.APPROVE and approvers.approver_permission is None:
             raise Refusal(
                 ErrorCode.RISK_BLOCKED,
                 f"{spec.name} needs an approval nobody is able to give; it was not executed.",
@@ -546,7 +558,15 @@ class Gate:
         plan = await self._within(
             deadline,
             "plan",
-            writes.propose(tool, bound, principal, mode=required, ctx=ctx, revises=revises),
+            writes.propose(
+                tool,
+                bound,
+                principal,
+                mode=required,
+                ctx=ctx,
+                revises=revises,
+                approval=approvers,
+            ),
         )
         approve = required is ConfirmationMode.APPROVE
         who = (
@@ -645,8 +665,24 @@ class Gate:
         ctx: ToolContext | None,
         deadline: float,
     ) -> object:
+        transient_types = tool.spec.retry.transient
+
+        def retryable(exc: BaseException) -> bool:
+            # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
+            if isinstance(exc, ToolSignal):
+                return exc.retryable
+            return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
+
         try:
-            return await self._within(deadline, "execute", tool.invoke(bound, ctx))
+            return await retrying(
+                lambda _attempt: self._within(deadline, "execute", tool.invoke(bound, ctx)),
+                policy=tool.spec.retry,
+                retryable=retryable,
+                deadline=deadline,
+                clock=self._clock,
+                sleep=self._sleep,
+                rng=self._rng,
+            )
         except Refusal:
             raise
         except ToolSignal as signal:

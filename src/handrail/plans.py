@@ -201,6 +201,8 @@ class Plan:
     expires_at: datetime
     revises: str | None
     plan_hash: str
+    approver_permission: str | None = None
+    """For APPROVE plans: the permission an approver must hold."""
 
     @classmethod
     def create(
@@ -220,6 +222,7 @@ class Plan:
         created_at: datetime,
         expires_at: datetime,
         revises: str | None = None,
+        approver_permission: str | None = None,
     ) -> Plan:
         """A plan with its hash; raises ValueError for arguments JSON cannot hold exactly."""
         if created_at.tzinfo is None or expires_at.tzinfo is None:
@@ -243,6 +246,7 @@ class Plan:
             "created_at": created_at,
             "expires_at": expires_at,
             "revises": revises,
+            "approver_permission": approver_permission,
         }
         return cls(**fields_, plan_hash=_hash(fields_))
 
@@ -273,6 +277,7 @@ _HASHED = (
     "created_at",
     "expires_at",
     "revises",
+    "approver_permission",
 )
 
 

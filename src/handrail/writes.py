@@ -28,6 +28,7 @@ from handrail.confirmation import ConfirmationToken, Keyring
 from handrail.context import ToolContext
 from handrail.definition import BoundArguments, Tool
 from handrail.errors import (
+    ConfigurationError,
     ErrorCode,
     Refusal,
     StoreError,
@@ -40,7 +41,7 @@ from handrail.policy import check_permissions
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.retry import Sleep
-from handrail.spec import ConfirmationMode
+from handrail.spec import ConfirmationMode, ConfirmationPolicy
 from handrail.store.base import Store
 
 __all__ = ["Writes"]
@@ -121,8 +122,12 @@ class Writes:
         mode: ConfirmationMode,
         ctx: ToolContext,
         revises: str | None = None,
+        approval: ConfirmationPolicy | None = None,
     ) -> Plan:
-        """Build and store an immutable plan for a validated, authorized write."""
+        """Build and store an immutable plan for a validated, authorized write.
+
+        `approval` is who must approve when the policy (not only the spec) asks for it.
+        """
         spec = tool.spec
         expected = (
             await _call(tool.resolve_version, bound.value, ctx) if tool.resolve_version else None
@@ -139,6 +144,11 @@ class Writes:
         if not isinstance(impact, Impact):
             msg = f"the impact hook of {spec.name} returned {type(impact).__name__}, not Impact"
             raise TypeError(msg)
+        approve = mode is ConfirmationMode.APPROVE
+        approvers = approval if approval is not None else spec.confirmation
+        if approve and not approvers.approver_permission:
+            msg = f"{spec.name}: an APPROVE plan needs an approver permission"
+            raise ConfigurationError(msg)
         now = self._clock.now()
         plan = Plan.create(
             plan_id=self._new_id(),
@@ -150,13 +160,12 @@ class Writes:
             tenant_id=principal.tenant_id,
             risk=spec.risk,
             confirmation=mode,
-            required_approvals=spec.confirmation.distinct_approvers
-            if mode is ConfirmationMode.APPROVE
-            else 1,
+            required_approvals=approvers.distinct_approvers if approve else 1,
             impact=impact,
             created_at=now,
             expires_at=now + timedelta(seconds=spec.confirmation.ttl_seconds),
             revises=revises,
+            approver_permission=approvers.approver_permission if approve else None,
         )
         record = PlanRecord(plan=plan, state=PlanState.PROPOSED, version=1, updated_at=now)
         if not await self._io(self._store.insert_plan, record):
@@ -447,11 +456,10 @@ class Writes:
         record = record or await self.get_plan(plan_id, principal)
         plan = record.plan
         tool = self._registry.lookup(plan.tool, principal)
-        spec = None if tool is None else tool.spec
         if plan.confirmation is ConfirmationMode.CONFIRM:
             allowed = principal.user_id == plan.user_id
         else:
-            permission = None if spec is None else spec.confirmation.approver_permission
+            permission = plan.approver_permission
             allowed = (
                 permission is not None
                 and permission in principal.permissions

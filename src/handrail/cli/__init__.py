@@ -2,7 +2,9 @@
 
 A thin layer over the registry, the adapters and the store: it loads an application,
 builds the operator's view principal and prints. Tool lists and exports show only what
-`Registry.exposed` gives that principal. It never runs a tool, except in `demo`.
+`Registry.exposed` gives that principal. It never runs a tool, except in `demo` and in
+`reconcile`, which retries a write only when its tool's downstream system proves it
+was never executed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import typer
 from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, load_registry, operator_principal
 from handrail.cli._demo import demo
+from handrail.cli._reconcile import reconcile
 from handrail.cli._tools import spec_document, tools_app
 
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
 
 app = typer.Typer(
     name="handrail",
-    help="Handrail: inspect an application's tools, export their definitions, read the audit.",
+    help=(
+        "Handrail: inspect an application's tools, export their definitions, read the "
+        "audit, reconcile unknown writes."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,6 +32,7 @@ app = typer.Typer(
 app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.command("demo")(demo)
+app.command("reconcile")(reconcile)
 
 
 def main() -> None:

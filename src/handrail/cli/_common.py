@@ -35,6 +35,7 @@ __all__ = [
     "DbOption",
     "PermissionOption",
     "ScenarioOption",
+    "StoreOption",
     "TenantOption",
     "UserOption",
     "console_for_output",
@@ -95,6 +96,18 @@ AppOption = Annotated[
 DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="HANDRAIL_DB", help="The SQLite file of the audit store."),
+]
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="HANDRAIL_STORE",
+        metavar="URL",
+        help=(
+            "Handrail's store of plans and executions: a SQLite file path, sqlite:///path, "
+            "or a postgresql:// URL."
+        ),
+    ),
 ]
 TenantOption = Annotated[
     str,

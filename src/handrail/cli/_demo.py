@@ -1,7 +1,8 @@
-"""`handrail demo`: the bookstore example driven through a Gate by a scripted model.
+"""`handrail demo`: the bookstore and recovery examples, driven by scripted models.
 
-The scenarios live with the example (`examples/bookstore/demo.py`); this command only
-imports them from the current directory, runs them and turns a surprise into exit 2.
+The scenarios live with the examples (`examples/bookstore/demo.py`, then
+`examples/recovery/demo.py`); this command only imports them from the current
+directory, runs them in that order and turns any surprise into exit 2.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from handrail.cli._common import (
 __all__ = ["demo"]
 
 DEMO_RUNNER = "examples.bookstore.demo:run_demo"
+RECOVERY_RUNNER = "examples.recovery.demo:run_demo"
+DEMO_RUNNERS = (DEMO_RUNNER, RECOVERY_RUNNER)
 DEMO_PIPE_WIDTH = 100
 
 
@@ -38,17 +41,23 @@ class _DemoRunner(Protocol):
 
 @one_line_errors
 def demo(*, db: DbOption = DEFAULT_DB) -> None:
-    """Run the bookstore example through a Gate with a scripted (not a real) model.
+    """Run the bookstore and recovery examples with scripted (not real) models.
 
-    Needs the repository's examples/ folder in the current directory. Audit events go
-    to --db; the bookstore's sample data is recreated next to it.
+    Needs the repository's examples/ folder in the current directory. The bookstore's
+    audit events go to --db and its sample data is recreated next to it. The recovery
+    scenario (a confirmed write whose response is lost, then reconciled) gets its own
+    Handrail store, recovery.db, and its ticket service's database,
+    recovery-tickets.db, both recreated next to --db.
     """
-    try:
-        run: _DemoRunner = import_attribute(DEMO_RUNNER, option="the demo")
-    except CliError as exc:
-        raise CliError(
-            f"{exc} (run the demo from the repository root, next to examples/)"
-        ) from None
-    report = run(console=console_for_output(DEMO_PIPE_WIDTH), audit_db=db)
-    if report.unexpected:
-        raise CliError(f"{len(report.unexpected)} demo outcome(s) differed from the script")
+    runners: list[_DemoRunner] = []
+    for target in DEMO_RUNNERS:
+        try:
+            runners.append(import_attribute(target, option="the demo"))
+        except CliError as exc:
+            raise CliError(
+                f"{exc} (run the demo from the repository root, next to examples/)"
+            ) from None
+    console = console_for_output(DEMO_PIPE_WIDTH)
+    unexpected = sum(len(run(console=console, audit_db=db).unexpected) for run in runners)
+    if unexpected:
+        raise CliError(f"{unexpected} demo outcome(s) differed from the script")

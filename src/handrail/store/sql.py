@@ -111,6 +111,7 @@ def _plan_row(record: PlanRecord) -> dict[str, Any]:
         "created_at": _utc(plan.created_at),
         "expires_at": _utc(plan.expires_at),
         "revises": plan.revises,
+        "approver_permission": plan.approver_permission,
         "plan_hash": plan.plan_hash,
         "state": record.state.value,
         "version": record.version,
@@ -134,6 +135,7 @@ def _plan(row: sa.RowMapping, approvals: frozenset[str]) -> PlanRecord:
         created_at=_aware(row["created_at"]),
         expires_at=_aware(row["expires_at"]),
         revises=row["revises"],
+        approver_permission=row["approver_permission"],
         plan_hash=row["plan_hash"],
     )
     return PlanRecord(
@@ -215,8 +217,8 @@ class SqlStore:
             statement = postgresql.insert(table).on_conflict_do_nothing()
             return statement.execution_options(preserve_rowcount=True)
         if dialect == "sqlite":
-            statement = sqlite.insert(table).on_conflict_do_nothing()
-            return statement.execution_options(preserve_rowcount=True)
+            lite = sqlite.insert(table).on_conflict_do_nothing()
+            return lite.execution_options(preserve_rowcount=True)
         raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")  # pragma: no cover
 
     def _write(

@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("created_at", _TIME, nullable=False),
         sa.Column("expires_at", _TIME, nullable=False),
         sa.Column("revises", sa.String(64)),
+        sa.Column("approver_permission", sa.String(256)),
         sa.Column("plan_hash", sa.String(64), nullable=False),
         sa.Column("state", sa.String(32), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),

@@ -1,0 +1,202 @@
+"""`handrail reconcile`: settle an application's UNKNOWN writes by asking downstream.
+
+One pass by default, printed as a table; `--watch` runs a pass every `--interval`
+seconds until interrupted (Ctrl-C or SIGTERM end it after the pass in progress). The
+command decides nothing itself: each tool's reconcile hook asks its downstream system
+about the idempotency key, and only proof of non-execution retries the write, under
+the same key. Several reconcilers may run at once; each record is leased first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from datetime import UTC
+from pathlib import Path
+from typing import Annotated
+
+import sqlalchemy as sa
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from handrail.audit import BatchingAuditSink
+from handrail.cli._common import (
+    AppOption,
+    CliError,
+    StoreOption,
+    console_for_output,
+    folding_table,
+    load_registry,
+    one_line_errors,
+)
+from handrail.clock import Clock, SystemClock
+from handrail.reconcile import PassReport, Reconciler
+from handrail.store import SqlStore, open_store
+
+__all__ = ["reconcile"]
+
+_ROWS = (
+    ("expired leases", "expired_leases", "RUNNING records whose worker's lease ran out"),
+    ("succeeded", "succeeded", "found downstream: SUCCEEDED with the original result"),
+    ("failed", "failed", "retried after proof of non-execution, and failed for good"),
+    ("retried", "retried", "proven not executed: run again under the same key"),
+    ("still unknown", "still_unknown", "no proof either way: checked again later"),
+    ("escalated", "escalated", "too many inconclusive checks: a person must decide"),
+    ("skipped", "skipped", "leased by another reconciler first"),
+)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite store URL or path, as `open_store` reads it; None otherwise."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///"))
+    return None if "://" in url else Path(url)
+
+
+def _label(url: str) -> str:
+    """The store for messages: a path, or a URL with its password hidden."""
+    if _sqlite_file(url) is not None:
+        return url
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "the store URL"
+
+
+def _open(url: str) -> SqlStore:
+    """The existing store at `url`; a missing SQLite file is an error, never a new store."""
+    if not url:
+        raise CliError("--store must not be empty")
+    file = _sqlite_file(url)
+    if file is not None and not file.is_file():
+        raise CliError(f"no store at {file}; pass --store (or HANDRAIL_STORE)")
+    return open_store(url, migrate=False)
+
+
+def _default_worker() -> str:
+    return f"reconcile-{socket.gethostname()}-{os.getpid()}"[:64]
+
+
+@one_line_errors
+def reconcile(
+    *,
+    app_target: AppOption,
+    store: StoreOption,
+    worker_id: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-id",
+            help="Lease owner name of this reconciler (default: host name and process id).",
+        ),
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Keep running passes until interrupted."),
+    ] = False,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", min=0.1, help="Seconds between passes with --watch."),
+    ] = 5.0,
+    max_passes: Annotated[
+        int | None,
+        typer.Option("--max-passes", min=1, help="With --watch: stop after this many passes."),
+    ] = None,
+) -> None:
+    """Settle UNKNOWN writes (and crashed RUNNING ones) by asking their tools' systems.
+
+    The app named by --app supplies the tools and their reconcile hooks; --store is
+    where their execution records are. One pass by default.
+    """
+    if max_passes is not None and not watch:
+        raise CliError("--max-passes only applies with --watch")
+    registry = load_registry(app_target)
+    worker = worker_id or _default_worker()
+    opened = _open(store)
+    audit = BatchingAuditSink(opened)
+    console = console_for_output()
+    try:
+        clock = SystemClock()
+        reconciler = Reconciler(registry, opened, clock=clock, audit=audit, worker_id=worker)
+        if watch:
+            asyncio.run(
+                _watch(
+                    reconciler,
+                    store=opened,
+                    console=console,
+                    clock=clock,
+                    interval=interval,
+                    max_passes=max_passes,
+                ),
+            )
+        else:
+            report = asyncio.run(reconciler.run_once())
+            caption = f"one pass by {worker} over {_label(store)}"
+            console.print(_table(report, caption=caption))
+            _print_settled(console, report, opened)
+    finally:
+        audit.close()
+        opened.close()
+
+
+def _table(report: PassReport, *, caption: str) -> Table:
+    table = folding_table("outcome", "records", "meaning", "idempotency keys", caption=caption)
+    for label, field, meaning in _ROWS:
+        keys: tuple[str, ...] = getattr(report, field)
+        table.add_row(label, str(len(keys)), meaning, "\n".join(keys))
+    table.add_row("purged", str(report.purged), "settled records past their retention", "")
+    return table
+
+
+def _print_settled(console: Console, report: PassReport, store: SqlStore) -> None:
+    """One line per record this pass settled: its status, tool and business id."""
+    for key in (*report.succeeded, *report.failed):
+        record = store.get_execution(key)
+        if record is None:  # pragma: no cover - purged in the same pass only past retention
+            continue
+        business = f" {record.business_id}" if record.business_id else ""
+        console.print(Text(f"{record.status.value} {record.tool}{business}  key {key}"))
+
+
+async def _watch(
+    reconciler: Reconciler,
+    *,
+    store: SqlStore,
+    console: Console,
+    clock: Clock,
+    interval: float,
+    max_passes: int | None,
+) -> None:
+    """Passes every `interval` seconds; SIGINT or SIGTERM stop after the current pass."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+    passes = 0
+    try:
+        while not stop.is_set():
+            report = await reconciler.run_once()
+            passes += 1
+            console.print(Text(_one_line(clock, passes, report)))
+            await asyncio.to_thread(_print_settled, console, report, store)
+            if max_passes is not None and passes >= max_passes:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+    console.print(Text(f"stopped after {passes} pass(es)"))
+
+
+def _one_line(clock: Clock, number: int, report: PassReport) -> str:
+    at = clock.now().astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    counts = ", ".join(f"{len(getattr(report, field))} {label}" for label, field, _ in _ROWS)
+    return f"{at} UTC pass {number}: {counts}, {report.purged} purged"
