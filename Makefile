@@ -14,7 +14,7 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: help demo test lint typecheck check bench bench-peers lock clean
 
 help:
-	@echo "make demo       run the bookstore demo on the embedded SQLite store"
+	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
 	@echo "make test       run the test suite with coverage"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make typecheck  mypy --strict on src/"

@@ -1,18 +1,23 @@
 import asyncio
 import json
+import os
 import re
 import secrets
+import signal
 import sys
 import textwrap
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from examples.recovery import build_app as build_recovery
+from examples.recovery import demo as recovery_demo
 from typer.testing import CliRunner
 
 from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
+from handrail.reconcile import PassReport, Reconciler
 from handrail.testing import FixedClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,17 +330,13 @@ def test_the_demo_runs_the_recovery_scenario_after_the_bookstore(
 RECOVERY_APP = "examples.recovery.app:build_app"
 
 
-@pytest.fixture
-def unknown_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """A confirmed ticket whose response was lost: UNKNOWN in the store, TK-0001 downstream."""
-    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
-    store_path = tmp_path / "store.db"
-    service_db = tmp_path / "tickets.db"
+def _lose_a_response(store_url: str, service_db: Path) -> dict[str, str]:
+    """A confirmed ticket whose response was lost: UNKNOWN in the store, a ticket downstream."""
     # An hour ago, so that the record is due for the command's real clock.
     clock = FixedClock(datetime.now(UTC) - timedelta(hours=1))
     app = build_recovery(service_db=service_db, clock=clock)
     app.service.reset()
-    store = open_store(store_path)
+    store = open_store(store_url)
     writes = app.writes(store, Keyring(SigningKey("test", secrets.token_bytes(32))))
     nurse = Principal(
         user_id="u-1001",
@@ -366,11 +367,17 @@ def unknown_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
         store.close()
         app.service.close()
     return {
-        "store": str(store_path),
+        "store": store_url,
         "service_db": str(service_db),
         "key": key,
         "ticket_no": ticket.ticket_no,
     }
+
+
+@pytest.fixture
+def unknown_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    return _lose_a_response(str(tmp_path / "store.db"), tmp_path / "tickets.db")
 
 
 def _execution_status(store_url: str, key: str) -> tuple[str, str | None]:
@@ -447,13 +454,16 @@ def test_reconcile_watch_runs_passes_until_its_limit(
             unknown_write["store"],
             "--watch",
             "--max-passes",
-            "1",
+            "2",
+            "--interval",
+            "0.1",
         ],
         env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
     )
     assert result.exit_code == 0, result.output
     assert re.search(r"pass 1: 0 expired leases, 1 succeeded", result.stdout)
-    assert "stopped after 1 pass(es)" in result.stdout
+    assert re.search(r"pass 2: 0 expired leases, 0 succeeded", result.stdout)
+    assert "stopped after 2 pass(es)" in result.stdout
     assert _execution_status(unknown_write["store"], unknown_write["key"])[0] == "SUCCEEDED"
 
 
@@ -489,3 +499,78 @@ def test_reconcile_without_what_it_needs_exits_2(
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert not (REPO / "x.db").exists()
+
+
+def test_reconcile_watch_ends_after_the_pass_in_progress_on_ctrl_c(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    original = Reconciler.run_once
+
+    async def interrupted_during_the_pass(self: Reconciler) -> PassReport:
+        os.kill(os.getpid(), signal.SIGINT)
+        return await original(self)
+
+    monkeypatch.setattr(Reconciler, "run_once", interrupted_during_the_pass)
+    result = runner.invoke(
+        cli.app,
+        [
+            "reconcile",
+            "--app",
+            RECOVERY_APP,
+            "--store",
+            unknown_write["store"],
+            "--watch",
+            "--interval",
+            "10",
+            "--max-passes",
+            "3",
+        ],
+        env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert "stopped after 1 pass(es)" in result.stdout
+    assert _execution_status(unknown_write["store"], unknown_write["key"])[0] == "SUCCEEDED"
+
+
+@pytest.mark.postgres
+def test_reconcile_settles_an_unknown_write_in_postgresql_and_hides_the_password(
+    runner: CliRunner,
+    tmp_path: Path,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    # The test server trusts local connections, so any password is accepted.
+    url = postgres_url.replace("postgresql://postgres@", "postgresql://postgres:not-shown@")
+    written = _lose_a_response(url, tmp_path / "tickets.db")
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", url],
+        env={"RECOVERY_SERVICE_DB": written["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert _execution_status(url, written["key"]) == ("SUCCEEDED", written["ticket_no"])
+    assert "not-shown" not in result.output
+    assert "postgres:***@" in result.stdout
+
+
+def test_reconcile_with_an_empty_store_option_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(cli.app, ["reconcile", "--app", RECOVERY_APP, "--store", ""])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --store must not be empty")
+
+
+def test_the_demo_exits_2_when_the_recovery_scenario_leaves_its_script(
+    runner: CliRunner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Reconciling before the record is due leaves it UNKNOWN, where the script says SUCCEEDED.
+    monkeypatch.setattr(recovery_demo, "PAST_GRACE", 1.0)
+    result = runner.invoke(cli.app, ["demo", "--db", str(tmp_path / "audit.db")])
+    assert result.exit_code == 2
+    assert "UNEXPECTED: after reconciliation gave UNKNOWN None" in result.stdout
+    assert result.stderr == "error: 1 demo outcome(s) differed from the script\n"

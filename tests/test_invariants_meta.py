@@ -11,10 +11,6 @@ from pathlib import Path
 
 INVARIANTS = set(range(1, 12))
 PENDING = {
-    3: "confirmation tokens bind plan, principal, expiry, nonce (writes issue)",
-    4: "idempotency key from stable intent, UNIQUE across processes (writes issue)",
-    5: "same key with a different plan hash is rejected (writes issue)",
-    6: "unknown write outcomes stay UNKNOWN until reconciled (writes issue)",
     8: "projection, redaction, untrusted marking, raw by reference (shaping issue)",
     10: "final answers claim only SUCCEEDED effects (agent loop issue)",
     11: "budgets and retry counts are program state (agent loop issue)",

@@ -86,7 +86,8 @@ def test_impact_round_trips_and_reads_as_one_line() -> None:
     )
     assert Impact.from_json(impact.to_json()) == impact
     assert (
-        impact.describe() == "notify customers of order o-1; 0.99 USD; 3 recipients; NOT reversible"
+        impact.describe()
+        == "notify customers of order o-1; 0.99 USD; recipients: 3; NOT reversible"
     )
     with pytest.raises(TypeError):
         Impact(action="a", target="b", reversible=True, counts={"rows": 1.5})  # type: ignore[dict-item]

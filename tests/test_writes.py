@@ -253,6 +253,7 @@ async def test_only_the_requester_executes_with_current_permissions(world: World
     assert world.downstream.calls == 0
 
 
+@pytest.mark.invariant(3)
 async def test_confirmation_codes_tampered_replayed_expired_changed(world: World) -> None:
     plan_id = await world.propose()
     token = await world.writes.issue_token(plan_id, ALICE)
@@ -474,3 +475,39 @@ async def test_a_policy_approval_names_who_approves(store: Store) -> None:
         await world.writes.issue_token(plan_id, ALICE)
     token = await world.writes.issue_token(plan_id, CAROL)
     assert (await world.writes.confirm(plan_id, token.value, CAROL)).state is PlanState.CONFIRMED
+
+
+@pytest.mark.invariant(6)
+async def test_a_cancelled_write_is_left_unknown_for_the_reconciler(world: World) -> None:
+    world.downstream.script.append("hang")
+    world.downstream.release = asyncio.Event()
+    plan_id = await world.confirmed()
+    task = asyncio.create_task(world.writes.execute_plan(plan_id, ALICE))
+    key = plan_key(tenant_id="t1", tool="create_ticket", plan_id=plan_id)
+    while world.downstream.calls == 0:  # noqa: ASYNC110 - the tool's own counter
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    record = world.store.get_execution(key)
+    assert record is not None
+    assert record.status is ExecutionStatus.UNKNOWN
+    assert record.next_check_at is not None
+
+
+async def test_only_the_requester_or_an_approver_rejects_or_revises(world: World) -> None:
+    plan_id = await world.propose()
+    for outsider in (BOB, CAROL):
+        with pytest.raises(WriteRefusedError) as denied:
+            await world.writes.reject(plan_id, outsider)
+        assert denied.value.code is ErrorCode.PERMISSION_DENIED
+        with pytest.raises(WriteRefusedError) as revised:
+            await world.gate.revise_plan(plan_id, ARGS, outsider)
+        assert revised.value.code is ErrorCode.PERMISSION_DENIED
+    assert (await world.writes.get_plan(plan_id, ALICE)).state is PlanState.PROPOSED
+
+
+async def test_an_approver_may_reject_an_approve_plan(store: Store) -> None:
+    world = _world(store, mode=ConfirmationMode.APPROVE)
+    plan_id = await world.propose()
+    assert (await world.writes.reject(plan_id, CAROL)).state is PlanState.REJECTED

@@ -612,6 +612,7 @@ class Gate:
         if writes is None:
             raise ConfigurationError("revising plans needs a gate configured with writes")
         record = await writes.get_plan(plan_id, principal)
+        writes.check_may_decide(record, principal)
         if record.state not in {PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION}:
             raise WriteRefusedError(
                 ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
@@ -665,7 +666,8 @@ class Gate:
         ctx: ToolContext | None,
         deadline: float,
     ) -> object:
-        transient_types = tool.spec.retry.transient
+        policy = tool.spec.retry
+        transient_types = policy.transient
 
         def retryable(exc: BaseException) -> bool:
             # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
@@ -674,9 +676,12 @@ class Gate:
             return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
 
         try:
+            if policy.max_attempts == 1:
+                # The common case pays for no retry machinery.
+                return await self._within(deadline, "execute", tool.invoke(bound, ctx))
             return await retrying(
                 lambda _attempt: self._within(deadline, "execute", tool.invoke(bound, ctx)),
-                policy=tool.spec.retry,
+                policy=policy,
                 retryable=retryable,
                 deadline=deadline,
                 clock=self._clock,

@@ -138,7 +138,7 @@ class Impact:
         """One line for a person: action, target, money, counts and reversibility."""
         parts = [f"{self.action} {self.target}"]
         parts.extend(str(a) for a in self.amounts)
-        parts.extend(f"{n} {what}" for what, n in sorted(self.counts.items()))
+        parts.extend(f"{what}: {n}" for what, n in sorted(self.counts.items()))
         parts.append("reversible" if self.reversible else "NOT reversible")
         return "; ".join(parts)
 

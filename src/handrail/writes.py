@@ -301,8 +301,12 @@ class Writes:
     async def reject(
         self, plan_id: str, principal: Principal, *, state: PlanState = PlanState.REJECTED
     ) -> PlanRecord:
-        """Reject (or, from the gate, supersede) a plan that is not yet executed."""
+        """Reject (or, from the gate, supersede) a plan that is not yet executed.
+
+        Only the requester, or for APPROVE plans a holder of the approver permission.
+        """
         record = await self.get_plan(plan_id, principal)
+        self.check_may_decide(record, principal)
         while record.state in {
             PlanState.PROPOSED,
             PlanState.AWAITING_CONFIRMATION,
@@ -320,6 +324,21 @@ class Writes:
                 return await self.get_plan(plan_id, principal)
             record = await self.get_plan(plan_id, principal)
         raise WriteRefusedError(ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}.")
+
+    def check_may_decide(self, record: PlanRecord, principal: Principal) -> None:
+        """PERMISSION_DENIED unless `principal` asked for the plan or may approve it."""
+        plan = record.plan
+        if principal.user_id == plan.user_id:
+            return
+        permission = plan.approver_permission
+        if plan.confirmation is ConfirmationMode.APPROVE and permission in principal.permissions:
+            return
+        raise self._refuse(
+            plan,
+            principal,
+            ErrorCode.PERMISSION_DENIED,
+            "You may not reject or revise this plan.",
+        )
 
     # --- executing ----------------------------------------------------------------------------
 

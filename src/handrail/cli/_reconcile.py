@@ -62,10 +62,8 @@ def _label(url: str) -> str:
     """The store for messages: a path, or a URL with its password hidden."""
     if _sqlite_file(url) is not None:
         return url
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return "the store URL"
+    # Only called once `open_store` accepted the URL, so it parses.
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
 def _open(url: str) -> SqlStore:
