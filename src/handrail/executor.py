@@ -475,15 +475,33 @@ class Executor:
         except _LocalRolledBack as rolled:
             return await self._local_failure(job, rolled.error, deadline)
         except StoreError as exc:
+            # The COMMIT may have reached the database before the error (a lost answer).
+            # The record commits with the effect, so reading it back tells which.
+            try:
+                committed = await self._io(self._store.get_execution, job.key)
+            except StoreError:
+                committed, known = None, False
+            else:
+                known = True
+            if committed is not None:
+                self._audit(job, "outcome", "commit_confirmed", detail={"note": str(exc)})
+                return await self._existing(job, committed, deadline)
             self._audit(
-                job, "outcome", "rolled_back", code=ErrorCode.TRANSIENT, detail={"note": str(exc)}
+                job,
+                "outcome",
+                "rolled_back" if known else "commit_unconfirmed",
+                code=ErrorCode.TRANSIENT,
+                detail={"note": str(exc)},
             )
             return WriteOutcome(
                 envelope=self._error(
                     job,
                     ErrorCode.TRANSIENT,
                     "The write was not committed (a database error); nothing changed. It "
-                    "may be retried.",
+                    "may be retried."
+                    if known
+                    else "A database error hid whether the write was committed. Repeating "
+                    "it is safe: it takes effect at most once.",
                     retryable=True,
                 ),
                 record=None,

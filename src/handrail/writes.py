@@ -34,7 +34,7 @@ from handrail.errors import (
     StoreError,
     WriteRefusedError,
 )
-from handrail.execution import command_key, intent_hash, plan_key
+from handrail.execution import ExecutionStatus, command_key, intent_hash, plan_key
 from handrail.executor import Executor, WriteJob, WriteOutcome
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.policy import check_permissions
@@ -381,8 +381,12 @@ class Writes:
             expected_version=plan.expected_version,
             call_id=call_id or plan.plan_id,
         )
-        if await self._io(self._store.get_execution, key) is not None:
+        existing = await self._io(self._store.get_execution, key)
+        if existing is not None and existing.status is not ExecutionStatus.PREPARED:
+            # A stored or running outcome answers; nothing new runs, so nothing to check.
             return await self.executor.execute(job, deadline=deadline)
+        # No record, or one released by a transient failure: this call would run the tool,
+        # so the plan must still be executable and its target unchanged.
         self._check_executable(record, tool, principal)
         if tool.resolve_version is not None:
             ctx = ToolContext(
