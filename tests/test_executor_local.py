@@ -23,6 +23,8 @@ from handrail import (
     Gate,
     IdempotencyMode,
     IdempotencyPolicy,
+    NotExecuted,
+    PlanState,
     Registry,
     RiskLevel,
     SideEffect,
@@ -243,3 +245,59 @@ async def test_a_local_write_needs_a_sql_store() -> None:
             ),
             deadline=1e12,
         )
+
+
+def _withdrawing_tool(behaviour: Behaviour, side_effect: SideEffect, store: SqlStore) -> object:
+    """A write whose version hook withdraws its own plan: a rejection racing execution."""
+
+    def withdraw(_args: object, ctx: ToolContext) -> str:
+        plan_id = ctx.call_id  # execute_plan's default call id is the plan id
+        found = store.get_plan(plan_id)
+        if found is not None and found.version == 3:
+            store.move_plan(
+                plan_id,
+                expect_state=found.state,
+                expect_version=found.version,
+                state=PlanState.REJECTED,
+                at=found.updated_at,
+            )
+        return "v1"
+
+    @tool(
+        risk=RiskLevel.L2_REVERSIBLE_WRITE,
+        side_effect=side_effect,
+        confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
+        resolve_version=withdraw,
+        reconcile=lambda _key, _ctx: NotExecuted(),
+    )
+    def reserve(ctx: ToolContext, sku: Annotated[str, Field(max_length=16)]) -> str:
+        """Take one item of a SKU out of stock."""
+        behaviour.calls += 1
+        if ctx.transaction is not None:
+            ctx.transaction.execute(
+                stock.update().where(stock.c.sku == sku).values(count=stock.c.count - 1),
+            )
+        return sku
+
+    return reserve
+
+
+@pytest.mark.parametrize("side_effect", [SideEffect.LOCAL_WRITE, SideEffect.EXTERNAL_WRITE])
+async def test_a_plan_withdrawn_while_its_execution_starts_never_runs(
+    local: tuple[Gate, SqlStore, Behaviour, FixedClock],
+    side_effect: SideEffect,
+) -> None:
+    _, store, behaviour, clock = local
+    registry = Registry()
+    registry.register(_withdrawing_tool(behaviour, side_effect, store))  # type: ignore[arg-type]
+    writes = Writes(registry, store, keyring(), clock=clock)
+    gate = Gate(registry, writes=writes, clock=clock)
+    proposed = await gate.handle(CALL, ALICE)
+    plan_id = proposed.data["plan_id"]
+    token = await writes.issue_token(plan_id, ALICE)
+    await writes.confirm(plan_id, token.value, ALICE)
+    outcome = await writes.execute_plan(plan_id, ALICE)
+    assert outcome.envelope.error_type is ErrorCode.PLAN_CLOSED
+    assert behaviour.calls == 0
+    assert _count(store) == 10
+    assert (await writes.get_plan(plan_id, ALICE)).state is PlanState.REJECTED

@@ -155,6 +155,7 @@ def test_plans_refuse_naive_times_and_no_confirmation() -> None:
 _LEGAL = {
     (PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION),
     (PlanState.PROPOSED, PlanState.REJECTED),
+    (PlanState.PROPOSED, PlanState.EXPIRED),
     (PlanState.AWAITING_CONFIRMATION, PlanState.CONFIRMED),
     (PlanState.AWAITING_CONFIRMATION, PlanState.REJECTED),
     (PlanState.AWAITING_CONFIRMATION, PlanState.EXPIRED),

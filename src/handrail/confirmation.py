@@ -28,12 +28,12 @@ from handrail.principal import Principal
 __all__ = ["ConfirmationToken", "Keyring", "SigningKey", "TokenClaims"]
 
 _PREFIX = "hrc1"
-_KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-_PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-_NONCE = re.compile(r"^[A-Za-z0-9_-]{22,64}$")
-_MAC = re.compile(r"^[A-Za-z0-9_-]{43}$")
-_EXPIRY = re.compile(r"^[0-9]{1,15}$")
+_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_PLAN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_HASH = re.compile(r"[0-9a-f]{64}")
+_NONCE = re.compile(r"[A-Za-z0-9_-]{22,64}")
+_MAC = re.compile(r"[A-Za-z0-9_-]{43}")
+_EXPIRY = re.compile(r"[1-9][0-9]{0,14}")
 _MIN_SECRET = 32
 _MAX_TOKEN = 512
 
@@ -46,7 +46,7 @@ class SigningKey:
     secret: bytes
 
     def __post_init__(self) -> None:
-        if not _KEY_ID.match(self.key_id):
+        if not _KEY_ID.fullmatch(self.key_id):
             raise ConfigurationError("a key id is 1-32 characters of [A-Za-z0-9_-]")
         if len(self.secret) < _MIN_SECRET:
             raise ConfigurationError("a confirmation key needs at least 32 bytes of secret")
@@ -107,7 +107,7 @@ class Keyring:
     def issue(self, plan: Plan, principal: Principal) -> ConfirmationToken:
         """A one-time token for `principal` to confirm (or approve) `plan`."""
         nonce = self._nonces()
-        if not _NONCE.match(nonce):
+        if not _NONCE.fullmatch(nonce):
             raise ConfigurationError("nonces must be 22-64 characters of [A-Za-z0-9_-]")
         claims = TokenClaims(
             key_id=self._signing.key_id,
@@ -142,8 +142,15 @@ class Keyring:
             (_NONCE, nonce),
             (_MAC, mac),
         )
-        if not all(pattern.match(value) for pattern, value in checks):
+        # fullmatch: a trailing newline or a second spelling of a field never passes.
+        if not all(pattern.fullmatch(value) for pattern, value in checks):
             raise _invalid("malformed token field")
+        try:
+            expires_at = datetime.fromtimestamp(int(expiry) / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            raise _invalid("expiry out of range") from None
+        if str(_millis(expires_at)) != expiry:
+            raise _invalid("expiry not in canonical form")
         key = self._keys.get(key_id)
         if key is None:
             raise _invalid(f"unknown key id {key_id!r}")
@@ -151,7 +158,7 @@ class Keyring:
             key_id=key_id,
             plan_id=plan_id,
             plan_hash=plan_hash,
-            expires_at=datetime.fromtimestamp(int(expiry) / 1000, tz=UTC),
+            expires_at=expires_at,
             nonce=nonce,
         )
         expected = _mac(key.secret, claims, principal)

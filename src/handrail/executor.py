@@ -40,6 +40,7 @@ from handrail.errors import (
     ToolSignal,
 )
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.retry import Sleep, retrying
 from handrail.spec import SideEffect
@@ -172,7 +173,7 @@ class Executor:
             record = self._new_record(job, deadline)
             if await self._io(self._store.insert_execution, record):
                 self._audit(job, "claim", "running", detail={"attempt": 1})
-                return await self._run(job, record, deadline)
+                return await self._run_claimed(job, record, deadline)
             existing = await self._io(self._store.get_execution, job.key)
             if existing is None:  # pragma: no cover - a row never disappears inside retention
                 raise StoreError("a conflicting execution record vanished")
@@ -211,7 +212,7 @@ class Executor:
                     expect_version=record.version,
                 ):
                     self._audit(job, "claim", "running", detail={"attempt": claimed.attempts})
-                    return await self._run(job, claimed, deadline)
+                    return await self._run_claimed(job, claimed, deadline)
             else:
                 # RUNNING elsewhere: wait for its outcome within our own deadline.
                 remaining = deadline - self._clock.monotonic()
@@ -315,6 +316,40 @@ class Executor:
             transaction=transaction,
             attempt=record.attempts + attempt - 1,
         )
+
+    async def _run_claimed(
+        self,
+        job: WriteJob,
+        record: ExecutionRecord,
+        deadline: float,
+    ) -> WriteOutcome:
+        """Run a record this call just claimed, unless its plan was withdrawn first.
+
+        Once the claim exists the plan can no longer be rejected or expired (the store
+        refuses), so reading it after the claim leaves no window for a race.
+        """
+        if job.plan_id is not None:
+            plan = await self._io(self._store.get_plan, job.plan_id)
+            if plan is None or plan.state is not PlanState.CONFIRMED:
+                state = "gone" if plan is None else plan.state.value.lower()
+                closed = record.moved(
+                    ExecutionStatus.FAILED_FINAL,
+                    error_code=ErrorCode.PLAN_CLOSED.value,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=self._clock.now(),
+                    retain_until=self._retain_until(job.tool),
+                    result=json.dumps({"message": f"The plan is {state}; nothing was run."}),
+                )
+                return await self._write_outcome(
+                    job,
+                    record,
+                    closed,
+                    self._error(
+                        job, ErrorCode.PLAN_CLOSED, f"The plan is {state}; nothing was run."
+                    ),
+                )
+        return await self._run(job, record, deadline)
 
     async def _run(self, job: WriteJob, record: ExecutionRecord, deadline: float) -> WriteOutcome:
         tool = job.tool
@@ -528,6 +563,12 @@ class Executor:
             found = store.get_execution(job.key, connection=connection)
             if found is not None:
                 return found, found
+            if job.plan_id is not None and store.lock_plan(job.plan_id, connection) is not (
+                PlanState.CONFIRMED
+            ):
+                # Locked until this transaction ends: a rejection waits, then finds it
+                # executed; one that came first is seen here.
+                raise _LocalRolledBack(_PlanClosedError())
             record = self._new_record(job, deadline)
             if not store.insert_execution(record, connection=connection):
                 # A concurrent duplicate committed first (PostgreSQL waited for it on
@@ -572,6 +613,14 @@ class Executor:
         self, job: WriteJob, error: BaseException, deadline: float
     ) -> WriteOutcome:
         """The transaction rolled back: nothing happened. Declared failures are recorded."""
+        if isinstance(error, _PlanClosedError):
+            self._audit(job, "outcome", "rolled_back", code=ErrorCode.PLAN_CLOSED)
+            return WriteOutcome(
+                envelope=self._error(
+                    job, ErrorCode.PLAN_CLOSED, "The plan was withdrawn; nothing was run."
+                ),
+                record=None,
+            )
         if isinstance(error, DeadlineExceededError):
             self._audit(job, "outcome", "rolled_back", code=ErrorCode.TIMEOUT)
             return WriteOutcome(
@@ -704,6 +753,10 @@ _UNKNOWN_TEXT = (
     "reconciled with the downstream system under the same key. Do not repeat it and do "
     "not tell the user it failed or succeeded."
 )
+
+
+class _PlanClosedError(Exception):
+    """The plan of a local write was withdrawn before its transaction took its lock."""
 
 
 class _LocalRolledBack(Exception):  # noqa: N818 - carries the cause out of the transaction

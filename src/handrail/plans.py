@@ -156,7 +156,9 @@ class PlanState(StrEnum):
 
 _PLAN_MOVES: Mapping[PlanState, frozenset[PlanState]] = MappingProxyType(
     {
-        PlanState.PROPOSED: frozenset({PlanState.AWAITING_CONFIRMATION, PlanState.REJECTED}),
+        PlanState.PROPOSED: frozenset(
+            {PlanState.AWAITING_CONFIRMATION, PlanState.REJECTED, PlanState.EXPIRED},
+        ),
         PlanState.AWAITING_CONFIRMATION: frozenset(
             {PlanState.CONFIRMED, PlanState.REJECTED, PlanState.EXPIRED},
         ),

@@ -322,7 +322,16 @@ class Writes:
             ):
                 self._audit(record.plan, principal, "plan", state.value.lower())
                 return await self.get_plan(plan_id, principal)
-            record = await self.get_plan(plan_id, principal)
+            fresh = await self.get_plan(plan_id, principal)
+            if (fresh.state, fresh.version) == (record.state, record.version):
+                # Unchanged, yet not moved: the store saw that its execution started.
+                raise self._refuse(
+                    record.plan,
+                    principal,
+                    ErrorCode.PLAN_CLOSED,
+                    "The plan's execution has started; it can no longer be withdrawn.",
+                )
+            record = fresh
         raise WriteRefusedError(ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}.")
 
     def check_may_decide(self, record: PlanRecord, principal: Principal) -> None:
@@ -496,11 +505,9 @@ class Writes:
                 "You may not confirm or approve this plan.",
             )
         if self._clock.now() >= plan.expires_at:
-            if record.state in {
-                PlanState.PROPOSED,
-                PlanState.AWAITING_CONFIRMATION,
-                PlanState.CONFIRMED,
-            }:
+            # A confirmed plan is not expired here: its execution may have started, and
+            # `_check_executable` refuses to start one after expiry anyway.
+            if record.state in {PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION}:
                 await self._io(
                     self._store.move_plan,
                     plan_id,

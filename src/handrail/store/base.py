@@ -60,7 +60,12 @@ class Store(Protocol):
         state: PlanState,
         at: datetime,
     ) -> bool:
-        """Set the plan's state if it is still (expect_state, expect_version)."""
+        """Set the plan's state if it is still (expect_state, expect_version).
+
+        A CONFIRMED plan moves anywhere but EXECUTED only while no execution of it has
+        started (a record other than PREPARED or FAILED_FINAL): once its write may have
+        happened, it cannot be withdrawn.
+        """
         ...
 
     def use_nonce(self, nonce: str, *, plan_id: str, user_id: str, at: datetime) -> bool:

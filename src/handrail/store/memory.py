@@ -17,6 +17,7 @@ from handrail.plans import PlanRecord, PlanState
 
 __all__ = ["MemoryStore"]
 
+_NOT_STARTED = frozenset({ExecutionStatus.PREPARED, ExecutionStatus.FAILED_FINAL})
 _IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at")
 
 
@@ -87,6 +88,13 @@ class MemoryStore:
             found = self._plans.get(plan_id)
             if found is None or (found.state, found.version) != (expect_state, expect_version):
                 return False
+            if expect_state is PlanState.CONFIRMED and state is not PlanState.EXECUTED:
+                started = any(
+                    r.plan_id == plan_id and r.status not in _NOT_STARTED
+                    for r in self._executions.values()
+                )
+                if started:
+                    return False
             self._plans[plan_id] = dataclasses.replace(
                 found,
                 state=state,

@@ -31,6 +31,8 @@ __all__ = ["SqlStore"]
 
 T = TypeVar("T")
 
+_NOT_STARTED = (ExecutionStatus.PREPARED.value, ExecutionStatus.FAILED_FINAL.value)
+
 _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent) if f.name != "subject")
 _SUBJECT_FIELDS = tuple(f.name for f in fields(AuditSubject))
 
@@ -283,16 +285,34 @@ class SqlStore:
         connection: sa.Connection | None = None,
     ) -> bool:
         """Compare-and-set the plan's state."""
+        conditions = [
+            plans.c.plan_id == plan_id,
+            plans.c.state == expect_state.value,
+            plans.c.version == expect_version,
+        ]
+        if expect_state is PlanState.CONFIRMED and state is not PlanState.EXECUTED:
+            # A confirmed plan whose execution has started can no longer be withdrawn.
+            started = sa.select(executions.c.idempotency_key).where(
+                executions.c.plan_id == plan_id,
+                executions.c.status.not_in(_NOT_STARTED),
+            )
+            conditions.append(~sa.exists(started))
         statement = (
             plans.update()
-            .where(
-                plans.c.plan_id == plan_id,
-                plans.c.state == expect_state.value,
-                plans.c.version == expect_version,
-            )
+            .where(*conditions)
             .values(state=state.value, version=expect_version + 1, updated_at=_utc(at))
         )
         return self._write("plan update", lambda c: c.execute(statement).rowcount == 1, connection)
+
+    def lock_plan(self, plan_id: str, connection: sa.Connection) -> PlanState | None:
+        """The plan's state, its row locked until `connection`'s transaction ends.
+
+        PostgreSQL takes a row lock (FOR UPDATE); SQLite's BEGIN IMMEDIATE already holds
+        the database's write lock.
+        """
+        query = sa.select(plans.c.state).where(plans.c.plan_id == plan_id).with_for_update()
+        found = self._read("plan lock", lambda c: c.execute(query).scalar(), connection)
+        return None if found is None else PlanState(found)
 
     def use_nonce(self, nonce: str, *, plan_id: str, user_id: str, at: datetime) -> bool:
         """Mark a nonce used; the primary key makes a second use lose."""
