@@ -3,9 +3,10 @@
 Timed: `Writes.execute_plan(plan_id, principal)` of a trivial EXTERNAL_WRITE tool,
 `record_write(n) -> {"ok": True, "n": n}`, each call on a plan of its own that was
 proposed through the gate, given a token and confirmed before the clock started. Audit
-is off. One execution reads the plan, looks its key up, claims the key with INSERT ...
-ON CONFLICT DO NOTHING (a commit), calls the tool, and compare-and-sets the record to
-SUCCEEDED and the plan to EXECUTED (a commit).
+is off. One execution checks the plan (its immutable content is known to the process
+that proposed it), claims the key with INSERT ... SELECT ... ON CONFLICT DO NOTHING
+that also requires the plan to be CONFIRMED (a commit), calls the tool, and
+compare-and-sets the record to SUCCEEDED (a commit); the plan then reads as EXECUTED.
 
 Baseline, same run, same kind of database, same durability: a bare loop on the raw
 driver (sqlite3, or psycopg in autocommit mode) that per execution does INSERT ... ON
@@ -557,8 +558,11 @@ def verify(target: Target) -> dict[str, int]:
                 tenant,
             ).scalar_one()
             executed = connection.execute(
+                # A plan reads as EXECUTED when a SUCCEEDED record of it exists.
                 sa.text(
-                    "SELECT count(*) FROM plans WHERE tenant_id = :tenant AND state = 'EXECUTED'"
+                    "SELECT count(*) FROM plans p WHERE p.tenant_id = :tenant AND EXISTS "
+                    "(SELECT 1 FROM executions e WHERE e.plan_id = p.plan_id "
+                    "AND e.status = 'SUCCEEDED')",
                 ),
                 tenant,
             ).scalar_one()

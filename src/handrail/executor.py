@@ -86,6 +86,10 @@ class WriteOutcome:
     record: ExecutionRecord | None
     replayed: bool = False
 
+    def error_is(self, code: ErrorCode) -> bool:
+        """Whether the envelope is a refusal or failure with this code."""
+        return self.envelope.error_type is code
+
 
 def principal_snapshot(principal: Principal) -> str:
     """JSON of the principal's identity and authority, kept with the record."""
@@ -168,16 +172,46 @@ class Executor:
         """
         if job.tool.spec.side_effect is SideEffect.LOCAL_WRITE:
             return await self._execute_local(job, deadline)
+        # Claim first: the unique key settles duplicates, and for a plan the same
+        # statement checks that it is still CONFIRMED. Only a lost claim reads.
+        record = self._new_record(job, deadline)
+        if await self._io(
+            self._store.insert_execution,
+            record,
+            require_confirmed_plan=job.plan_id is not None,
+        ):
+            self._audit(job, "claim", "running", detail={"attempt": 1})
+            return await self._run(job, record, deadline)
         existing = await self._io(self._store.get_execution, job.key)
         if existing is None:
-            record = self._new_record(job, deadline)
-            if await self._io(self._store.insert_execution, record):
-                self._audit(job, "claim", "running", detail={"attempt": 1})
-                return await self._run_claimed(job, record, deadline)
-            existing = await self._io(self._store.get_execution, job.key)
-            if existing is None:  # pragma: no cover - a row never disappears inside retention
-                raise StoreError("a conflicting execution record vanished")
+            # No record and no claim: the plan is not CONFIRMED (any more).
+            return self._withdrawn(job)
         return await self._existing(job, existing, deadline)
+
+    def _withdrawn(self, job: WriteJob) -> WriteOutcome:
+        self._audit(job, "claim", "refused", code=ErrorCode.PLAN_CLOSED)
+        return WriteOutcome(
+            envelope=self._error(
+                job,
+                ErrorCode.PLAN_CLOSED,
+                "The plan is not confirmed (or was withdrawn); nothing was run.",
+            ),
+            record=None,
+        )
+
+    async def _plan_confirmed(self, plan_id: str) -> bool:
+        plan = await self._io(self._store.get_plan, plan_id)
+        return plan is not None and plan.state is PlanState.CONFIRMED
+
+    async def replay(
+        self,
+        job: WriteJob,
+        record: ExecutionRecord,
+        *,
+        deadline: float,
+    ) -> WriteOutcome:
+        """The outcome of an existing record of `job`'s key, waiting while it runs."""
+        return await self._existing(job, record, deadline)
 
     async def retry_record(
         self, job: WriteJob, record: ExecutionRecord, *, deadline: float
@@ -204,6 +238,9 @@ class Executor:
                     envelope=self._from_record(job, record), record=record, replayed=True
                 )
             if record.status is ExecutionStatus.PREPARED:
+                if job.plan_id is not None and not await self._plan_confirmed(job.plan_id):
+                    # Released, then withdrawn: the record stays as it is; nothing runs.
+                    return self._withdrawn(job)
                 claimed = self._claim(record, deadline, job.tool)
                 if await self._io(
                     self._store.replace_execution,
@@ -323,11 +360,7 @@ class Executor:
         record: ExecutionRecord,
         deadline: float,
     ) -> WriteOutcome:
-        """Run a record this call just claimed, unless its plan was withdrawn first.
-
-        Once the claim exists the plan can no longer be rejected or expired (the store
-        refuses), so reading it after the claim leaves no window for a race.
-        """
+        """Run a re-claimed PREPARED record, unless its plan was withdrawn meanwhile."""
         if job.plan_id is not None:
             plan = await self._io(self._store.get_plan, job.plan_id)
             if plan is None or plan.state is not PlanState.CONFIRMED:

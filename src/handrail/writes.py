@@ -16,6 +16,7 @@ import json
 import random
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -48,6 +49,7 @@ __all__ = ["Writes"]
 
 T = TypeVar("T")
 
+_KNOWN_PLANS = 4096
 _PLAN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MODE_RANK = {ConfirmationMode.NONE: 0, ConfirmationMode.CONFIRM: 1, ConfirmationMode.APPROVE: 2}
 
@@ -91,6 +93,8 @@ class Writes:
         self._clock = clock or SystemClock()
         self._auditor = Auditor(audit, self._clock, new_id=new_id)
         self._new_id = new_id or (lambda: secrets.token_hex(16))
+        # Content of recently seen plans (immutable); never their state.
+        self._known_plans: OrderedDict[str, Plan] = OrderedDict()
         self.executor = Executor(
             store,
             clock=self._clock,
@@ -170,6 +174,7 @@ class Writes:
         record = PlanRecord(plan=plan, state=PlanState.PROPOSED, version=1, updated_at=now)
         if not await self._io(self._store.insert_plan, record):
             raise StoreError(f"plan id {plan.plan_id!r} collided; the id source is not unique")
+        self._remember(plan)
         self._audit(
             plan, principal, "plan", "proposed", detail={"mode": mode.value, "revises": revises}
         )
@@ -182,6 +187,7 @@ class Writes:
         record = await self._io(self._store.get_plan, plan_id) if _plausible_id(plan_id) else None
         if record is None or record.plan.tenant_id != principal.tenant_id:
             raise WriteRefusedError(ErrorCode.NOT_FOUND, "There is no such plan.")
+        self._remember(record.plan)
         return record
 
     async def issue_token(self, plan_id: str, principal: Principal) -> ConfirmationToken:
@@ -365,8 +371,13 @@ class Writes:
         version moved since confirmation is VERSION_CONFLICT and nothing is written.
         """
         deadline = self._clock.monotonic() + timeout
-        record = await self.get_plan(plan_id, principal)
-        plan = record.plan
+        # Plans never change, so their content may come from memory; their state never
+        # does: the claim below checks CONFIRMED in the database, in the same statement.
+        record: PlanRecord | None = None
+        plan = self._known_plans.get(plan_id)
+        if plan is None or plan.tenant_id != principal.tenant_id or self._expired(plan):
+            record = await self.get_plan(plan_id, principal)
+            plan = record.plan
         if principal.user_id != plan.user_id:
             raise self._refuse(
                 plan,
@@ -390,13 +401,12 @@ class Writes:
             expected_version=plan.expected_version,
             call_id=call_id or plan.plan_id,
         )
-        existing = await self._io(self._store.get_execution, key)
-        if existing is not None and existing.status is not ExecutionStatus.PREPARED:
-            # A stored or running outcome answers; nothing new runs, so nothing to check.
-            return await self.executor.execute(job, deadline=deadline)
-        # No record, or one released by a transient failure: this call would run the tool,
-        # so the plan must still be executable and its target unchanged.
-        self._check_executable(record, tool, principal)
+        if record is None:
+            self._check_content(plan, tool, principal)
+        else:
+            replayed = await self._not_runnable(record, job, tool, principal, deadline)
+            if replayed is not None:
+                return replayed
         if tool.resolve_version is not None:
             ctx = ToolContext(
                 principal=principal,
@@ -417,7 +427,41 @@ class Writes:
                     "The target changed after the plan was confirmed; nothing was written. "
                     "Re-read it and propose a new plan.",
                 )
-        return await self.executor.execute(job, deadline=deadline)
+        outcome = await self.executor.execute(job, deadline=deadline)
+        if record is None and outcome.record is None and outcome.error_is(ErrorCode.PLAN_CLOSED):
+            # The optimistic claim found the plan not CONFIRMED: answer precisely.
+            fresh = await self.get_plan(plan_id, principal)
+            replayed = await self._not_runnable(fresh, job, tool, principal, deadline)
+            if replayed is not None:  # pragma: no cover - a record appeared meanwhile
+                return replayed
+        return outcome
+
+    async def _not_runnable(
+        self,
+        record: PlanRecord,
+        job: WriteJob,
+        tool: Tool,
+        principal: Principal,
+        deadline: float,
+    ) -> WriteOutcome | None:
+        """None if the plan may run now; an earlier outcome of it; or a refusal raised."""
+        if record.state is not PlanState.CONFIRMED or self._expired(record.plan):
+            # Not runnable now; but a stored or running outcome of it still answers.
+            existing = await self._io(self._store.get_execution, job.key)
+            if existing is not None and existing.status is not ExecutionStatus.PREPARED:
+                return await self.executor.replay(job, existing, deadline=deadline)
+        # This call may run the tool: the plan must be executable and its target unchanged.
+        self._check_executable(record, tool, principal)
+        return None
+
+    def _expired(self, plan: Plan) -> bool:
+        return self._clock.now() >= plan.expires_at
+
+    def _remember(self, plan: Plan) -> None:
+        known = self._known_plans
+        known[plan.plan_id] = plan
+        if len(known) > _KNOWN_PLANS:
+            known.popitem(last=False)
 
     def _check_executable(self, record: PlanRecord, tool: Tool, principal: Principal) -> None:
         plan = record.plan
@@ -436,6 +480,10 @@ class Writes:
             raise self._refuse(
                 plan, principal, ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}."
             )
+        self._check_content(plan, tool, principal)
+
+    def _check_content(self, plan: Plan, tool: Tool, principal: Principal) -> None:
+        """The checks that need the plan's content only, not its state."""
         if tool.spec.schema_version != plan.schema_version:
             raise self._refuse(
                 plan, principal, ErrorCode.PLAN_CHANGED, "The tool changed since the plan was made."

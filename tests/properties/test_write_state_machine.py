@@ -320,8 +320,16 @@ class ObservedStore:
     def add_approval(self, plan_id: str, *, user_id: str, at: datetime) -> bool:
         return self._counted(self._inner.add_approval(plan_id, user_id=user_id, at=at))
 
-    def insert_execution(self, record: ExecutionRecord) -> bool:
-        inserted = self._inner.insert_execution(record)
+    def insert_execution(
+        self,
+        record: ExecutionRecord,
+        *,
+        require_confirmed_plan: bool = False,
+    ) -> bool:
+        inserted = self._inner.insert_execution(
+            record,
+            require_confirmed_plan=require_confirmed_plan,
+        )
         if inserted:
             self._log.moves.append(
                 Move(

@@ -103,4 +103,5 @@ executions = sa.Table(
     sa.Index("ix_executions_status_check", "status", "next_check_at"),
     sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
     sa.Index("ix_executions_retain", "retain_until"),
+    sa.Index("ix_executions_plan", "plan_id"),
 )

@@ -48,7 +48,11 @@ class Store(Protocol):
         ...
 
     def get_plan(self, plan_id: str) -> PlanRecord | None:
-        """The plan with its state and approvals, or None."""
+        """The plan with its state (and its approvals, for APPROVE plans), or None.
+
+        A CONFIRMED plan with a SUCCEEDED execution record reads as EXECUTED: the state
+        is derived from the record, so the two can never disagree.
+        """
         ...
 
     def move_plan(
@@ -78,8 +82,17 @@ class Store(Protocol):
 
     # --- executions ----------------------------------------------------------------------------
 
-    def insert_execution(self, record: ExecutionRecord) -> bool:
-        """Insert a new record; False if its idempotency key exists (insert-on-conflict)."""
+    def insert_execution(
+        self,
+        record: ExecutionRecord,
+        *,
+        require_confirmed_plan: bool = False,
+    ) -> bool:
+        """Insert a new record; False if its idempotency key exists (insert-on-conflict).
+
+        With `require_confirmed_plan`, also False (nothing written) unless the record's
+        plan is CONFIRMED at that moment: the claim and the plan check are one step.
+        """
         ...
 
     def get_execution(self, key: str) -> ExecutionRecord | None:
@@ -99,9 +112,7 @@ class Store(Protocol):
 
         The row must have `expect_status` and `expect_version`; with `lease_owner`, it
         must also be leased to that owner, and with `lease_valid_at` the lease must not
-        have expired at that time (fencing a worker whose lease ran out). A record
-        written as SUCCEEDED moves its plan (if any) from CONFIRMED to EXECUTED in the
-        same transaction.
+        have expired at that time (fencing a worker whose lease ran out).
         """
         ...
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from handrail.audit import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
+from handrail.spec import ConfirmationMode
 
 __all__ = ["MemoryStore"]
 
@@ -72,6 +73,13 @@ class MemoryStore:
             found = self._plans.get(plan_id)
             if found is None:
                 return None
+            if found.state is PlanState.CONFIRMED and any(
+                r.plan_id == plan_id and r.status is ExecutionStatus.SUCCEEDED
+                for r in self._executions.values()
+            ):
+                found = dataclasses.replace(found, state=PlanState.EXECUTED)
+            if found.plan.confirmation is not ConfirmationMode.APPROVE:
+                return found
             return dataclasses.replace(found, approvals=frozenset(self._approvals[plan_id]))
 
     def move_plan(
@@ -120,11 +128,20 @@ class MemoryStore:
             approvals.add(user_id)
             return True
 
-    def insert_execution(self, record: ExecutionRecord) -> bool:
-        """Insert unless the key exists."""
+    def insert_execution(
+        self,
+        record: ExecutionRecord,
+        *,
+        require_confirmed_plan: bool = False,
+    ) -> bool:
+        """Insert unless the key exists (or, if required, the plan is not CONFIRMED)."""
         with self._lock:
             if record.idempotency_key in self._executions:
                 return False
+            if require_confirmed_plan:
+                plan = self._plans.get(record.plan_id or "")
+                if plan is None or plan.state is not PlanState.CONFIRMED:
+                    return False
             self._executions[record.idempotency_key] = record
             return True
 
@@ -159,18 +176,6 @@ class MemoryStore:
                 **{name: getattr(found, name) for name in _IDENTITY},
             )
             self._executions[record.idempotency_key] = record
-            plan = self._plans.get(record.plan_id or "")
-            if (
-                record.status is ExecutionStatus.SUCCEEDED
-                and plan is not None
-                and plan.state is PlanState.CONFIRMED
-            ):
-                self._plans[plan.plan.plan_id] = dataclasses.replace(
-                    plan,
-                    state=PlanState.EXECUTED,
-                    version=plan.version + 1,
-                    updated_at=record.updated_at,
-                )
             return True
 
     def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:

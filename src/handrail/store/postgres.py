@@ -29,7 +29,9 @@ class PostgresStore(SqlStore):
         engine = sa.create_engine(
             driver_url,
             pool_size=pool_size,
-            pool_pre_ping=True,
+            # No ping per checkout (a round trip each time): connections are recycled
+            # instead, and a dropped one surfaces as a StoreError (TRANSIENT to callers).
+            pool_recycle=1800,
             # Committed means on disk, as with SQLite's synchronous=FULL.
             connect_args={"options": "-c synchronous_commit=on -c timezone=UTC"},
         )

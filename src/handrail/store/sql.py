@@ -140,20 +140,131 @@ def _plan(row: sa.RowMapping, approvals: frozenset[str]) -> PlanRecord:
         approver_permission=row["approver_permission"],
         plan_hash=row["plan_hash"],
     )
+    state = PlanState(row["state"])
+    if row["succeeded"] and state is PlanState.CONFIRMED:
+        state = PlanState.EXECUTED
     return PlanRecord(
         plan=plan,
-        state=PlanState(row["state"]),
+        state=state,
         version=row["version"],
         approvals=approvals,
         updated_at=_aware(row["updated_at"]),
     )
 
 
+def _immediate(connection: sa.Connection) -> sa.Connection:
+    # Honoured by SqliteStore's BEGIN handler; other backends ignore the option.
+    return connection.execution_options(handrail_immediate=True)
+
+
+_P = plans.c
+_E = executions.c
+# A plan reads as EXECUTED once a SUCCEEDED record of it exists: the outcome is written
+# in one statement, and the plan's state can never disagree with its record.
+_SELECT_PLAN = sa.select(
+    plans,
+    sa.exists()
+    .where(
+        executions.c.plan_id == _P.plan_id,
+        executions.c.status == ExecutionStatus.SUCCEEDED.value,
+    )
+    .label("succeeded"),
+).where(_P.plan_id == sa.bindparam("k_plan"))
+_SELECT_APPROVERS = sa.select(plan_approvals.c.user_id).where(
+    plan_approvals.c.plan_id == sa.bindparam("k_plan"),
+)
+_LOCK_PLAN = sa.select(_P.state).where(_P.plan_id == sa.bindparam("k_plan")).with_for_update()
+_STARTED = sa.select(_E.idempotency_key).where(
+    _E.plan_id == sa.bindparam("k_plan"),
+    _E.status.not_in(_NOT_STARTED),
+)
+_MOVE_PLAN = (
+    plans.update()
+    .where(
+        _P.plan_id == sa.bindparam("k_plan"),
+        _P.state == sa.bindparam("k_state"),
+        _P.version == sa.bindparam("k_version"),
+    )
+    .values(
+        state=sa.bindparam("v_state"),
+        version=sa.bindparam("v_version"),
+        updated_at=sa.bindparam("v_at", type_=_P.updated_at.type),
+    )
+)
+_SELECT_EXECUTION = sa.select(executions).where(_E.idempotency_key == sa.bindparam("k_key"))
+
+
+def _replace_statement(*, owner: bool, valid: bool) -> sa.Update:
+    conditions = [
+        _E.idempotency_key == sa.bindparam("k_key"),
+        _E.status == sa.bindparam("k_status"),
+        _E.version == sa.bindparam("k_version"),
+    ]
+    if owner:
+        conditions.append(_E.lease_owner == sa.bindparam("k_owner"))
+    if valid:
+        conditions.append(
+            _E.lease_expires_at > sa.bindparam("k_valid", type_=_E.lease_expires_at.type),
+        )
+    values = {name: sa.bindparam(f"v_{name}", type_=_E[name].type) for name in _EXECUTION_MUTABLE}
+    return executions.update().where(*conditions).values(values)
+
+
+_REPLACE_EXECUTION = {
+    (owner, valid): _replace_statement(owner=owner, valid=valid)
+    for owner in (False, True)
+    for valid in (False, True)
+}
+
+
+class _Statements:
+    """The dialect-specific statements (insert-on-conflict), built once per store."""
+
+    def __init__(self, dialect: str) -> None:
+        if dialect == "postgresql":
+            insert: Callable[[sa.Table], Any] = postgresql.insert
+        elif dialect == "sqlite":
+            insert = sqlite.insert
+        else:  # pragma: no cover - the migrations support these two
+            raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")
+
+        def ignoring_conflict(table: sa.Table) -> Any:  # noqa: ANN401 - dialect insert
+            # SQLAlchemy keeps an INSERT's row count only when asked; it says who won.
+            return insert(table).on_conflict_do_nothing().execution_options(preserve_rowcount=True)
+
+        self.insert_plan = ignoring_conflict(plans)
+        self.insert_nonce = ignoring_conflict(plan_nonces)
+        self.insert_approval = ignoring_conflict(plan_approvals)
+        self.insert_execution = ignoring_conflict(executions)
+        columns = [c.name for c in executions.columns]
+        source = (
+            sa.select(*(sa.bindparam(name, type_=_E[name].type) for name in columns))
+            .select_from(plans)
+            .where(_P.plan_id == sa.bindparam("k_plan"), _P.state == PlanState.CONFIRMED.value)
+            # FOR SHARE: a withdrawal in flight (FOR UPDATE) finishes first, then this
+            # statement sees its outcome. SQLite ignores it (one writer at a time).
+            .with_for_update(read=True)
+        )
+        self.claim_execution = (
+            insert(executions)
+            .from_select(columns, source)
+            .on_conflict_do_nothing()
+            .execution_options(preserve_rowcount=True)
+        )
+
+
 class SqlStore:
     """A Store on any SQLAlchemy engine whose dialect the migrations support."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, *, autocommit: sa.Engine | None = None) -> None:
+        """`autocommit` runs single statements and reads without BEGIN and COMMIT.
+
+        By default it is the engine in the driver's AUTOCOMMIT isolation level; a
+        backend that manages transactions itself passes its own view.
+        """
         self._engine = engine
+        self._autocommit = autocommit or engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._sql = _Statements(engine.dialect.name)
 
     @property
     def engine(self) -> sa.Engine:
@@ -212,65 +323,67 @@ class SqlStore:
 
     # --- plans and confirmations -----------------------------------------------------------
 
-    def _insert_ignoring_conflict(self, table: sa.Table) -> Any:  # noqa: ANN401 - dialect insert
-        dialect = self._engine.dialect.name
-        # SQLAlchemy keeps an INSERT's row count only when asked; it says who won.
-        if dialect == "postgresql":
-            statement = postgresql.insert(table).on_conflict_do_nothing()
-            return statement.execution_options(preserve_rowcount=True)
-        if dialect == "sqlite":
-            lite = sqlite.insert(table).on_conflict_do_nothing()
-            return lite.execution_options(preserve_rowcount=True)
-        raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")  # pragma: no cover
-
     def _write(
-        self, what: str, work: Callable[[sa.Connection], T], connection: sa.Connection | None
+        self,
+        what: str,
+        work: Callable[[sa.Connection], T],
+        connection: sa.Connection | None,
+        *,
+        single: bool = False,
     ) -> T:
+        """Run `work` in `connection`, or in a transaction of its own.
+
+        `single` marks work of one statement: it runs in autocommit mode, which commits
+        exactly as durably and saves the round trips of BEGIN and COMMIT.
+        """
         try:
             if connection is not None:
                 return work(connection)
+            if single:
+                with self._autocommit.connect() as fresh:
+                    return work(fresh)
             with self._engine.begin() as fresh:
                 return work(fresh)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"{what} failed: {type(exc).__name__}") from exc
 
     def _read(
-        self, what: str, work: Callable[[sa.Connection], T], connection: sa.Connection | None
+        self,
+        what: str,
+        work: Callable[[sa.Connection], T],
+        connection: sa.Connection | None,
     ) -> T:
         try:
             if connection is not None:
                 return work(connection)
-            with self._engine.connect() as fresh:
+            with self._autocommit.connect() as fresh:
                 return work(fresh)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"{what} failed: {type(exc).__name__}") from exc
 
     def insert_plan(self, record: PlanRecord) -> bool:
         """Store a new plan unless its id is taken."""
-        statement = self._insert_ignoring_conflict(plans).values(**_plan_row(record))
+        row = _plan_row(record)
         return self._write(
             "plan insert",
-            lambda c: c.execute(statement).rowcount == 1,
+            lambda c: c.execute(self._sql.insert_plan, row).rowcount == 1,
             None,
+            single=True,
         )
 
     def get_plan(self, plan_id: str) -> PlanRecord | None:
-        """The plan with its approvals."""
+        """The plan, with its approvals when it is an APPROVE plan."""
 
         def read(connection: sa.Connection) -> PlanRecord | None:
-            row = (
-                connection.execute(
-                    sa.select(plans).where(plans.c.plan_id == plan_id),
-                )
-                .mappings()
-                .first()
-            )
+            row = connection.execute(_SELECT_PLAN, {"k_plan": plan_id}).mappings().first()
             if row is None:
                 return None
-            approvers = connection.execute(
-                sa.select(plan_approvals.c.user_id).where(plan_approvals.c.plan_id == plan_id),
-            ).scalars()
-            return _plan(row, frozenset(approvers))
+            approvers: frozenset[str] = frozenset()
+            if row["confirmation"] == ConfirmationMode.APPROVE.value:
+                approvers = frozenset(
+                    connection.execute(_SELECT_APPROVERS, {"k_plan": plan_id}).scalars(),
+                )
+            return _plan(row, approvers)
 
         return self._read("plan read", read, None)
 
@@ -284,25 +397,38 @@ class SqlStore:
         at: datetime,
         connection: sa.Connection | None = None,
     ) -> bool:
-        """Compare-and-set the plan's state."""
-        conditions = [
-            plans.c.plan_id == plan_id,
-            plans.c.state == expect_state.value,
-            plans.c.version == expect_version,
-        ]
-        if expect_state is PlanState.CONFIRMED and state is not PlanState.EXECUTED:
-            # A confirmed plan whose execution has started can no longer be withdrawn.
-            started = sa.select(executions.c.idempotency_key).where(
-                executions.c.plan_id == plan_id,
-                executions.c.status.not_in(_NOT_STARTED),
-            )
-            conditions.append(~sa.exists(started))
-        statement = (
-            plans.update()
-            .where(*conditions)
-            .values(state=state.value, version=expect_version + 1, updated_at=_utc(at))
-        )
-        return self._write("plan update", lambda c: c.execute(statement).rowcount == 1, connection)
+        """Compare-and-set the plan's state.
+
+        Withdrawing a CONFIRMED plan locks its row first and only then looks for a
+        started execution, in a statement of its own: a claim (which reads the plan
+        FOR SHARE) either committed before and is seen, or waits and then finds the
+        plan withdrawn.
+        """
+        params = {
+            "k_plan": plan_id,
+            "k_state": expect_state.value,
+            "k_version": expect_version,
+            "v_state": state.value,
+            "v_version": expect_version + 1,
+            "v_at": _utc(at),
+        }
+        guarded = expect_state is PlanState.CONFIRMED and state is not PlanState.EXECUTED
+
+        def move(c: sa.Connection) -> bool:
+            if guarded:
+                if c.execute(_LOCK_PLAN, params).first() is None:
+                    return False
+                if c.execute(_STARTED, params).first() is not None:
+                    return False
+            return c.execute(_MOVE_PLAN, params).rowcount == 1
+
+        if guarded and connection is None:
+            try:
+                with self._engine.connect() as fresh, _immediate(fresh).begin():
+                    return move(fresh)
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(f"plan update failed: {type(exc).__name__}") from exc
+        return self._write("plan update", move, connection, single=not guarded)
 
     def lock_plan(self, plan_id: str, connection: sa.Connection) -> PlanState | None:
         """The plan's state, its row locked until `connection`'s transaction ends.
@@ -310,28 +436,32 @@ class SqlStore:
         PostgreSQL takes a row lock (FOR UPDATE); SQLite's BEGIN IMMEDIATE already holds
         the database's write lock.
         """
-        query = sa.select(plans.c.state).where(plans.c.plan_id == plan_id).with_for_update()
-        found = self._read("plan lock", lambda c: c.execute(query).scalar(), connection)
+        found = self._read(
+            "plan lock",
+            lambda c: c.execute(_LOCK_PLAN, {"k_plan": plan_id}).scalar(),
+            connection,
+        )
         return None if found is None else PlanState(found)
 
     def use_nonce(self, nonce: str, *, plan_id: str, user_id: str, at: datetime) -> bool:
         """Mark a nonce used; the primary key makes a second use lose."""
-        statement = self._insert_ignoring_conflict(plan_nonces).values(
-            nonce=nonce,
-            plan_id=plan_id,
-            user_id=user_id,
-            used_at=_utc(at),
+        row = {"nonce": nonce, "plan_id": plan_id, "user_id": user_id, "used_at": _utc(at)}
+        return self._write(
+            "nonce insert",
+            lambda c: c.execute(self._sql.insert_nonce, row).rowcount == 1,
+            None,
+            single=True,
         )
-        return self._write("nonce insert", lambda c: c.execute(statement).rowcount == 1, None)
 
     def add_approval(self, plan_id: str, *, user_id: str, at: datetime) -> bool:
         """Record an approval once per person."""
-        statement = self._insert_ignoring_conflict(plan_approvals).values(
-            plan_id=plan_id,
-            user_id=user_id,
-            approved_at=_utc(at),
+        row = {"plan_id": plan_id, "user_id": user_id, "approved_at": _utc(at)}
+        return self._write(
+            "approval insert",
+            lambda c: c.execute(self._sql.insert_approval, row).rowcount == 1,
+            None,
+            single=True,
         )
-        return self._write("approval insert", lambda c: c.execute(statement).rowcount == 1, None)
 
     # --- executions ----------------------------------------------------------------------------
 
@@ -339,14 +469,25 @@ class SqlStore:
         self,
         record: ExecutionRecord,
         *,
+        require_confirmed_plan: bool = False,
         connection: sa.Connection | None = None,
     ) -> bool:
-        """Insert unless the key exists: INSERT ... ON CONFLICT DO NOTHING."""
-        statement = self._insert_ignoring_conflict(executions).values(**_execution_row(record))
+        """Insert unless the key exists: INSERT ... ON CONFLICT DO NOTHING.
+
+        With `require_confirmed_plan`, the row is inserted only while the record's plan
+        is CONFIRMED, read in the same statement (FOR SHARE on PostgreSQL).
+        """
+        row = _execution_row(record)
+        if require_confirmed_plan:
+            statement = self._sql.claim_execution
+            row = {**row, "k_plan": record.plan_id}
+        else:
+            statement = self._sql.insert_execution
         return self._write(
             "execution insert",
-            lambda c: c.execute(statement).rowcount == 1,
+            lambda c: c.execute(statement, row).rowcount == 1,
             connection,
+            single=True,
         )
 
     def get_execution(
@@ -356,10 +497,9 @@ class SqlStore:
         connection: sa.Connection | None = None,
     ) -> ExecutionRecord | None:
         """The record of a key."""
-        query = sa.select(executions).where(executions.c.idempotency_key == key)
 
         def read(c: sa.Connection) -> ExecutionRecord | None:
-            row = c.execute(query).mappings().first()
+            row = c.execute(_SELECT_EXECUTION, {"k_key": key}).mappings().first()
             return None if row is None else _execution(row)
 
         return self._read("execution read", read, connection)
@@ -376,42 +516,21 @@ class SqlStore:
     ) -> bool:
         """Compare-and-set the whole record (one UPDATE ... WHERE)."""
         row = _execution_row(record)
-        conditions = [
-            executions.c.idempotency_key == record.idempotency_key,
-            executions.c.status == expect_status.value,
-            executions.c.version == expect_version,
-        ]
-        if lease_owner is not None:
-            conditions.append(executions.c.lease_owner == lease_owner)
-        if lease_valid_at is not None:
-            conditions.append(executions.c.lease_expires_at > _utc(lease_valid_at))
-        statement = (
-            executions.update()
-            .where(*conditions)
-            .values(**{name: row[name] for name in _EXECUTION_MUTABLE})
+        params: dict[str, Any] = {f"v_{name}": row[name] for name in _EXECUTION_MUTABLE}
+        params.update(
+            k_key=record.idempotency_key,
+            k_status=expect_status.value,
+            k_version=expect_version,
+            k_owner=lease_owner,
+            k_valid=_utc(lease_valid_at),
         )
-        settle_plan = None
-        if record.status is ExecutionStatus.SUCCEEDED and record.plan_id is not None:
-            settle_plan = (
-                plans.update()
-                .where(
-                    plans.c.plan_id == record.plan_id, plans.c.state == PlanState.CONFIRMED.value
-                )
-                .values(
-                    state=PlanState.EXECUTED.value,
-                    version=plans.c.version + 1,
-                    updated_at=_utc(record.updated_at),
-                )
-            )
-
-        def write(c: sa.Connection) -> bool:
-            if c.execute(statement).rowcount != 1:
-                return False
-            if settle_plan is not None:
-                c.execute(settle_plan)
-            return True
-
-        return self._write("execution update", write, connection)
+        statement = _REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
+        return self._write(
+            "execution update",
+            lambda c: c.execute(statement, params).rowcount == 1,
+            connection,
+            single=True,
+        )
 
     def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
         """RUNNING records with expired leases and due UNKNOWN ones, oldest first."""
@@ -450,7 +569,10 @@ class SqlStore:
             c.retain_until <= _utc(now),
         )
         return self._write(
-            "execution purge", lambda conn: int(conn.execute(statement).rowcount), None
+            "execution purge",
+            lambda conn: int(conn.execute(statement).rowcount),
+            None,
+            single=True,
         )
 
     @contextmanager
@@ -462,10 +584,7 @@ class SqlStore:
         cannot be invalidated by another writer before it commits.
         """
         try:
-            with (
-                self._engine.connect() as connection,
-                connection.execution_options(handrail_immediate=True).begin(),
-            ):
+            with self._engine.connect() as connection, _immediate(connection).begin():
                 yield connection
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"transaction failed: {type(exc).__name__}") from exc

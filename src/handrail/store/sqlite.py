@@ -34,7 +34,11 @@ def _set_pragmas(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN40
 
 
 def _begin(connection: sa.Connection) -> None:
-    immediate = connection.get_execution_options().get("handrail_immediate", False)
+    options = connection.get_execution_options()
+    if options.get("handrail_autocommit", False):
+        # Single statements and reads: SQLite commits each one on its own.
+        return
+    immediate = options.get("handrail_immediate", False)
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
@@ -49,7 +53,7 @@ class SqliteStore(SqlStore):
         engine = sa.create_engine(f"sqlite+pysqlite:///{file}")
         sa.event.listen(engine, "connect", _set_pragmas)
         sa.event.listen(engine, "begin", _begin)
-        store = cls(engine)
+        store = cls(engine, autocommit=engine.execution_options(handrail_autocommit=True))
         if migrate:
             store.migrate()
         return store

@@ -81,6 +81,7 @@ def upgrade() -> None:
     op.create_index("ix_executions_status_check", "executions", ["status", "next_check_at"])
     op.create_index("ix_executions_status_lease", "executions", ["status", "lease_expires_at"])
     op.create_index("ix_executions_retain", "executions", ["retain_until"])
+    op.create_index("ix_executions_plan", "executions", ["plan_id"])
 
 
 def downgrade() -> None:
