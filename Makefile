@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers lock clean
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes lock clean
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -19,6 +19,7 @@ help:
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make typecheck  mypy --strict on src/"
 	@echo "make bench      gate overhead benchmarks (peers too: make bench-peers)"
+	@echo "make bench-writes  durable executions/s vs a bare INSERT+UPDATE loop"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -62,6 +63,9 @@ check: lint typecheck test
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python bench/gate_overhead.py
+
+bench-writes: $(VENV)/.synced
+	$(VENV)/bin/python bench/write_throughput.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _records import execution_record
 from handrail import ExecutionRecord, ExecutionStatus, IdempotencyScope
 from handrail.errors import IllegalTransitionError
 from handrail.execution import check_transition, command_key, intent_hash, plan_key
@@ -24,35 +23,10 @@ _LEGAL = {
     (S.UNKNOWN, S.RUNNING),
     (S.UNKNOWN, S.UNKNOWN),
 }
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _record(status: ExecutionStatus) -> ExecutionRecord:
-    return ExecutionRecord(
-        idempotency_key="hk1_x",
-        plan_id=None,
-        plan_hash="h",
-        tool="t",
-        tenant_id="t1",
-        user_id="u",
-        principal="{}",
-        arguments="{}",
-        expected_version=None,
-        status=status,
-        attempts=1,
-        business_id=None,
-        result='{"a":1}',
-        error_code=None,
-        lease_owner=None,
-        lease_expires_at=None,
-        next_check_at=None,
-        checks=0,
-        escalated=False,
-        created_at=T0,
-        updated_at=T0,
-        retain_until=None,
-        version=3,
-    )
+    return execution_record(status=status, result='{"a":1}', lease_owner=None, version=3)
 
 
 @pytest.mark.parametrize("current", list(S))

@@ -45,7 +45,7 @@ from handrail.principal import Principal
 from handrail.retry import Sleep, retrying
 from handrail.spec import SideEffect
 from handrail.store.base import Store
-from handrail.store.sql import SqlStore
+from handrail.store.sql import SqlStore, execution_params, execution_row
 
 __all__ = ["Executor", "WriteJob", "WriteOutcome", "principal_snapshot", "restore_principal"]
 
@@ -145,6 +145,7 @@ class Executor:
         rng: random.Random | None = None,
     ) -> None:
         self._store = store
+        self._async = store.async_executions if isinstance(store, SqlStore) else None
         self._clock = clock
         self._auditor = auditor
         self._worker = worker_id
@@ -175,11 +176,7 @@ class Executor:
         # Claim first: the unique key settles duplicates, and for a plan the same
         # statement checks that it is still CONFIRMED. Only a lost claim reads.
         record = self._new_record(job, deadline)
-        if await self._io(
-            self._store.insert_execution,
-            record,
-            require_confirmed_plan=job.plan_id is not None,
-        ):
+        if await self._insert(record, require_confirmed_plan=job.plan_id is not None):
             self._audit(job, "claim", "running", detail={"attempt": 1})
             return await self._run(job, record, deadline)
         existing = await self._io(self._store.get_execution, job.key)
@@ -242,8 +239,7 @@ class Executor:
                     # Released, then withdrawn: the record stays as it is; nothing runs.
                     return self._withdrawn(job)
                 claimed = self._claim(record, deadline, job.tool)
-                if await self._io(
-                    self._store.replace_execution,
+                if await self._replace(
                     claimed,
                     expect_status=ExecutionStatus.PREPARED,
                     expect_version=record.version,
@@ -494,8 +490,7 @@ class Executor:
     ) -> WriteOutcome:
         """Compare-and-set the outcome under our lease; a lost lease means UNKNOWN."""
         try:
-            written = await self._io(
-                self._store.replace_execution,
+            written = await self._replace(
                 new,
                 expect_status=current.status,
                 expect_version=current.version,
@@ -779,6 +774,51 @@ class Executor:
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _insert(self, record: ExecutionRecord, *, require_confirmed_plan: bool) -> bool:
+        """Claim a key: on the loop where the store can, else in a worker thread."""
+        if self._async is not None:
+            return await self._async.insert(
+                execution_row(record) | {"k_plan": record.plan_id},
+                require_confirmed_plan=require_confirmed_plan,
+            )
+        return await self._io(
+            self._store.insert_execution,
+            record,
+            require_confirmed_plan=require_confirmed_plan,
+        )
+
+    async def _replace(
+        self,
+        record: ExecutionRecord,
+        *,
+        expect_status: ExecutionStatus,
+        expect_version: int,
+        lease_owner: str | None = None,
+        lease_valid_at: datetime | None = None,
+    ) -> bool:
+        """Compare-and-set a record: on the loop where the store can, else in a thread."""
+        if self._async is not None:
+            params = execution_params(
+                record,
+                expect_status=expect_status,
+                expect_version=expect_version,
+                lease_owner=lease_owner,
+                lease_valid_at=lease_valid_at,
+            )
+            return await self._async.replace(
+                params,
+                owner=lease_owner is not None,
+                valid=lease_valid_at is not None,
+            )
+        return await self._io(
+            self._store.replace_execution,
+            record,
+            expect_status=expect_status,
+            expect_version=expect_version,
+            lease_owner=lease_owner,
+            lease_valid_at=lease_valid_at,
+        )
 
 
 _UNKNOWN_TEXT = (

@@ -10,15 +10,34 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from handrail.errors import ConfigurationError
+from handrail.store._pg_async import AsyncExecutions
 from handrail.store.sql import SqlStore
 
 __all__ = ["PostgresStore"]
 
 _SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+_OPTIONS = "-c synchronous_commit=on -c timezone=UTC"
 
 
 class PostgresStore(SqlStore):
-    """A Store in a PostgreSQL database; `open` connects and (by default) migrates."""
+    """A Store in a PostgreSQL database; `open` connects and (by default) migrates.
+
+    The write path's claim and outcome statements also run on async connections
+    (`async_executions`), so an execution costs no worker-thread hop.
+    """
+
+    _async: AsyncExecutions | None = None
+
+    @property
+    def async_executions(self) -> AsyncExecutions | None:
+        """Claims and outcome writes without a worker thread."""
+        return self._async
+
+    def close(self) -> None:
+        """Close the async connections, then the pool."""
+        if self._async is not None:
+            self._async.close()
+        super().close()
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True, pool_size: int = 10) -> PostgresStore:
@@ -33,9 +52,14 @@ class PostgresStore(SqlStore):
             # instead, and a dropped one surfaces as a StoreError (TRANSIENT to callers).
             pool_recycle=1800,
             # Committed means on disk, as with SQLite's synchronous=FULL.
-            connect_args={"options": "-c synchronous_commit=on -c timezone=UTC"},
+            connect_args={"options": _OPTIONS},
         )
         store = cls(engine)
+        store._async = AsyncExecutions(
+            "postgresql://" + url.split("://", 1)[1],
+            options=_OPTIONS,
+            per_loop=pool_size,
+        )
         if migrate:
             store.migrate()
         return store

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from alembic import command
@@ -25,9 +25,19 @@ from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.spec import ConfirmationMode, RiskLevel
+
+if TYPE_CHECKING:
+    from handrail.store._pg_async import AsyncExecutions
 from handrail.store._tables import audit_events, executions, plan_approvals, plan_nonces, plans
 
-__all__ = ["SqlStore"]
+__all__ = [
+    "SqlStore",
+    "claim_statement",
+    "execution_params",
+    "execution_row",
+    "insert_execution_statement",
+    "replace_statements",
+]
 
 T = TypeVar("T")
 
@@ -77,6 +87,32 @@ _EXECUTION_MUTABLE = tuple(
         "created_at",
     }
 )
+
+
+def execution_row(record: ExecutionRecord) -> dict[str, Any]:
+    """The record as the parameters of an INSERT into executions (times in UTC)."""
+    return _execution_row(record)
+
+
+def execution_params(
+    record: ExecutionRecord,
+    *,
+    expect_status: ExecutionStatus,
+    expect_version: int,
+    lease_owner: str | None,
+    lease_valid_at: datetime | None,
+) -> dict[str, Any]:
+    """The parameters of the compare-and-set UPDATE that writes `record`."""
+    row = _execution_row(record)
+    params: dict[str, Any] = {f"v_{name}": row[name] for name in _EXECUTION_MUTABLE}
+    params.update(
+        k_key=record.idempotency_key,
+        k_status=expect_status.value,
+        k_version=expect_version,
+        k_owner=lease_owner,
+        k_valid=_utc(lease_valid_at),
+    )
+    return params
 
 
 def _execution_row(record: ExecutionRecord) -> dict[str, Any]:
@@ -217,40 +253,62 @@ _REPLACE_EXECUTION = {
 }
 
 
+def replace_statements() -> dict[tuple[bool, bool], sa.Update]:
+    """The compare-and-set UPDATEs of a record, by (checks lease owner, checks expiry)."""
+    return dict(_REPLACE_EXECUTION)
+
+
+def _dialect_insert(dialect: str) -> Callable[[sa.Table], Any]:
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")  # pragma: no cover
+
+
+def _ignoring_conflict(dialect: str, table: sa.Table) -> Any:  # noqa: ANN401 - dialect insert
+    # SQLAlchemy keeps an INSERT's row count only when asked; it says who won.
+    statement = _dialect_insert(dialect)(table).on_conflict_do_nothing()
+    return statement.execution_options(preserve_rowcount=True)
+
+
+def insert_execution_statement(dialect: str) -> Any:  # noqa: ANN401 - dialect insert
+    """INSERT INTO executions ... ON CONFLICT DO NOTHING."""
+    return _ignoring_conflict(dialect, executions)
+
+
+def claim_statement(dialect: str) -> Any:  # noqa: ANN401 - dialect insert
+    """The claim of a planned write: the insert, only while its plan is CONFIRMED.
+
+    INSERT ... SELECT (the row's values) FROM plans WHERE plan_id = :k_plan AND state =
+    'CONFIRMED' FOR SHARE ... ON CONFLICT DO NOTHING: a withdrawal in flight (which
+    locks the plan FOR UPDATE) finishes first, then this statement sees its outcome.
+    SQLite ignores FOR SHARE; it has one writer at a time.
+    """
+    columns = [c.name for c in executions.columns]
+    source = (
+        sa.select(*(sa.bindparam(name, type_=_E[name].type) for name in columns))
+        .select_from(plans)
+        .where(_P.plan_id == sa.bindparam("k_plan"), _P.state == PlanState.CONFIRMED.value)
+        .with_for_update(read=True)
+    )
+    return (
+        _dialect_insert(dialect)(executions)
+        .from_select(columns, source)
+        .on_conflict_do_nothing()
+        .execution_options(preserve_rowcount=True)
+    )
+
+
 class _Statements:
     """The dialect-specific statements (insert-on-conflict), built once per store."""
 
     def __init__(self, dialect: str) -> None:
-        if dialect == "postgresql":
-            insert: Callable[[sa.Table], Any] = postgresql.insert
-        elif dialect == "sqlite":
-            insert = sqlite.insert
-        else:  # pragma: no cover - the migrations support these two
-            raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")
-
-        def ignoring_conflict(table: sa.Table) -> Any:  # noqa: ANN401 - dialect insert
-            # SQLAlchemy keeps an INSERT's row count only when asked; it says who won.
-            return insert(table).on_conflict_do_nothing().execution_options(preserve_rowcount=True)
-
-        self.insert_plan = ignoring_conflict(plans)
-        self.insert_nonce = ignoring_conflict(plan_nonces)
-        self.insert_approval = ignoring_conflict(plan_approvals)
-        self.insert_execution = ignoring_conflict(executions)
-        columns = [c.name for c in executions.columns]
-        source = (
-            sa.select(*(sa.bindparam(name, type_=_E[name].type) for name in columns))
-            .select_from(plans)
-            .where(_P.plan_id == sa.bindparam("k_plan"), _P.state == PlanState.CONFIRMED.value)
-            # FOR SHARE: a withdrawal in flight (FOR UPDATE) finishes first, then this
-            # statement sees its outcome. SQLite ignores it (one writer at a time).
-            .with_for_update(read=True)
-        )
-        self.claim_execution = (
-            insert(executions)
-            .from_select(columns, source)
-            .on_conflict_do_nothing()
-            .execution_options(preserve_rowcount=True)
-        )
+        self.insert_plan = _ignoring_conflict(dialect, plans)
+        self.insert_nonce = _ignoring_conflict(dialect, plan_nonces)
+        self.insert_approval = _ignoring_conflict(dialect, plan_approvals)
+        self.insert_execution = insert_execution_statement(dialect)
+        self.claim_execution = claim_statement(dialect)
 
 
 class SqlStore:
@@ -270,6 +328,11 @@ class SqlStore:
     def engine(self) -> sa.Engine:
         """The underlying engine, for backends and migrations."""
         return self._engine
+
+    @property
+    def async_executions(self) -> AsyncExecutions | None:
+        """Claims and outcome writes on the event loop, where the backend has them."""
+        return None
 
     def migrate(self) -> None:
         """Run Alembic migrations up to head on this store's database."""
@@ -515,14 +578,12 @@ class SqlStore:
         connection: sa.Connection | None = None,
     ) -> bool:
         """Compare-and-set the whole record (one UPDATE ... WHERE)."""
-        row = _execution_row(record)
-        params: dict[str, Any] = {f"v_{name}": row[name] for name in _EXECUTION_MUTABLE}
-        params.update(
-            k_key=record.idempotency_key,
-            k_status=expect_status.value,
-            k_version=expect_version,
-            k_owner=lease_owner,
-            k_valid=_utc(lease_valid_at),
+        params = execution_params(
+            record,
+            expect_status=expect_status,
+            expect_version=expect_version,
+            lease_owner=lease_owner,
+            lease_valid_at=lease_valid_at,
         )
         statement = _REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
         return self._write(
