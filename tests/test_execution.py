@@ -14,6 +14,7 @@ from handrail.execution import check_transition, command_key, intent_hash, plan_
 S = ExecutionStatus
 _LEGAL = {
     (S.PREPARED, S.RUNNING),
+    (S.PREPARED, S.FAILED_FINAL),
     (S.RUNNING, S.SUCCEEDED),
     (S.RUNNING, S.FAILED_FINAL),
     (S.RUNNING, S.UNKNOWN),

@@ -511,3 +511,22 @@ async def test_an_approver_may_reject_an_approve_plan(store: Store) -> None:
     world = _world(store, mode=ConfirmationMode.APPROVE)
     plan_id = await world.propose()
     assert (await world.writes.reject(plan_id, CAROL)).state is PlanState.REJECTED
+
+
+async def test_rejecting_a_plan_closes_its_released_record(world: World) -> None:
+    world.downstream.script.append("transient")
+    plan_id = await world.confirmed()
+    released = await world.writes.execute_plan(plan_id, ALICE)
+    assert released.record is not None
+    assert released.record.status is ExecutionStatus.PREPARED
+    assert (await world.writes.reject(plan_id, ALICE)).state is PlanState.REJECTED
+    key = plan_key(tenant_id="t1", tool="create_ticket", plan_id=plan_id)
+    closed = world.store.get_execution(key)
+    assert closed is not None
+    assert (closed.status, closed.error_code) == (ExecutionStatus.FAILED_FINAL, "PLAN_CLOSED")
+    assert closed.retain_until is not None
+    # Asking again answers with that stored outcome; nothing runs.
+    again = await world.writes.execute_plan(plan_id, ALICE)
+    assert again.replayed
+    assert again.envelope.error_type is ErrorCode.PLAN_CLOSED
+    assert world.downstream.calls == 1

@@ -1,8 +1,9 @@
 """Execution records: one row per intended effect, keyed by its idempotency key.
 
     PREPARED ──▶ RUNNING ──▶ SUCCEEDED | FAILED_FINAL | UNKNOWN
-        ▲           │                                    │
-        └─released──┘      UNKNOWN ──reconcile──▶ SUCCEEDED | FAILED_FINAL | RUNNING (retry)
+     │  ▲           │                                    │
+     │  └─released──┘      UNKNOWN ──reconcile──▶ SUCCEEDED | FAILED_FINAL | RUNNING (retry)
+     └──▶ FAILED_FINAL (its plan was withdrawn before it ran again)
 
 A record is created by an insert that a UNIQUE key settles, never by check-then-insert,
 so concurrent duplicates across processes find each other in the database. Every move
@@ -57,7 +58,8 @@ class ExecutionStatus(StrEnum):
 _S = ExecutionStatus
 _MOVES: Mapping[ExecutionStatus, frozenset[ExecutionStatus]] = MappingProxyType(
     {
-        _S.PREPARED: frozenset({_S.RUNNING}),
+        # PREPARED → FAILED_FINAL: its plan was withdrawn before it ran again.
+        _S.PREPARED: frozenset({_S.RUNNING, _S.FAILED_FINAL}),
         _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED_FINAL, _S.UNKNOWN, _S.PREPARED}),
         # UNKNOWN → UNKNOWN: an inconclusive check, or a reconciler taking the lease.
         _S.UNKNOWN: frozenset({_S.SUCCEEDED, _S.FAILED_FINAL, _S.RUNNING, _S.UNKNOWN}),

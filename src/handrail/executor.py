@@ -239,13 +239,16 @@ class Executor:
                     # Released, then withdrawn: the record stays as it is; nothing runs.
                     return self._withdrawn(job)
                 claimed = self._claim(record, deadline, job.tool)
-                if await self._replace(
+                # The re-claim also requires the plan to be CONFIRMED, in one statement.
+                if await self._io(
+                    self._store.replace_execution,
                     claimed,
                     expect_status=ExecutionStatus.PREPARED,
                     expect_version=record.version,
+                    require_confirmed_plan=job.plan_id is not None,
                 ):
                     self._audit(job, "claim", "running", detail={"attempt": claimed.attempts})
-                    return await self._run_claimed(job, claimed, deadline)
+                    return await self._run(job, claimed, deadline)
             else:
                 # RUNNING elsewhere: wait for its outcome within our own deadline.
                 remaining = deadline - self._clock.monotonic()
@@ -349,36 +352,6 @@ class Executor:
             transaction=transaction,
             attempt=record.attempts + attempt - 1,
         )
-
-    async def _run_claimed(
-        self,
-        job: WriteJob,
-        record: ExecutionRecord,
-        deadline: float,
-    ) -> WriteOutcome:
-        """Run a re-claimed PREPARED record, unless its plan was withdrawn meanwhile."""
-        if job.plan_id is not None:
-            plan = await self._io(self._store.get_plan, job.plan_id)
-            if plan is None or plan.state is not PlanState.CONFIRMED:
-                state = "gone" if plan is None else plan.state.value.lower()
-                closed = record.moved(
-                    ExecutionStatus.FAILED_FINAL,
-                    error_code=ErrorCode.PLAN_CLOSED.value,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    updated_at=self._clock.now(),
-                    retain_until=self._retain_until(job.tool),
-                    result=json.dumps({"message": f"The plan is {state}; nothing was run."}),
-                )
-                return await self._write_outcome(
-                    job,
-                    record,
-                    closed,
-                    self._error(
-                        job, ErrorCode.PLAN_CLOSED, f"The plan is {state}; nothing was run."
-                    ),
-                )
-        return await self._run(job, record, deadline)
 
     async def _run(self, job: WriteJob, record: ExecutionRecord, deadline: float) -> WriteOutcome:
         tool = job.tool

@@ -327,6 +327,8 @@ class Writes:
                 at=self._clock.now(),
             ):
                 self._audit(record.plan, principal, "plan", state.value.lower())
+                if record.state is PlanState.CONFIRMED:
+                    await self._close_released(record.plan, principal)
                 return await self.get_plan(plan_id, principal)
             fresh = await self.get_plan(plan_id, principal)
             if (fresh.state, fresh.version) == (record.state, record.version):
@@ -339,6 +341,29 @@ class Writes:
                 )
             record = fresh
         raise WriteRefusedError(ErrorCode.PLAN_CLOSED, f"The plan is {record.state.value.lower()}.")
+
+    async def _close_released(self, plan: Plan, principal: Principal) -> None:
+        """Settle a released (PREPARED) record of a withdrawn plan, so retention ends it."""
+        key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
+        record = await self._io(self._store.get_execution, key)
+        if record is None or record.status is not ExecutionStatus.PREPARED:
+            return
+        tool = self._registry.lookup(plan.tool, principal)
+        retention = tool.spec.idempotency.retention_seconds if tool else 86_400.0
+        now = self._clock.now()
+        closed = record.moved(
+            ExecutionStatus.FAILED_FINAL,
+            error_code=ErrorCode.PLAN_CLOSED.value,
+            result=json.dumps({"message": "The plan was withdrawn; nothing was run."}),
+            updated_at=now,
+            retain_until=now + timedelta(seconds=retention),
+        )
+        await self._io(
+            self._store.replace_execution,
+            closed,
+            expect_status=ExecutionStatus.PREPARED,
+            expect_version=record.version,
+        )
 
     def check_may_decide(self, record: PlanRecord, principal: Principal) -> None:
         """PERMISSION_DENIED unless `principal` asked for the plan or may approve it."""

@@ -644,18 +644,22 @@ async def test_a_plan_closed_after_a_transient_failure_never_runs(kit: Kit, clos
     assert first.record is not None
     assert first.record.status is ExecutionStatus.PREPARED
 
-    if closing == "reject":
-        assert (await kit.writes.reject(plan_id, ALICE)).state is PlanState.REJECTED
-    else:
-        kit.clock.advance(TTL)
-    refusal = await _refused(kit.writes.execute_plan(plan_id, ALICE))
-    assert refusal.code is (
-        ErrorCode.PLAN_CLOSED if closing == "reject" else ErrorCode.PLAN_EXPIRED
-    )
-    assert kit.effects == {}
     record = kit.store.get_execution(_key(kit, plan_id))
     assert record is not None
-    assert (record.status, record.attempts) == (ExecutionStatus.PREPARED, 1)
+    if closing == "reject":
+        assert (await kit.writes.reject(plan_id, ALICE)).state is PlanState.REJECTED
+        # The released record is settled as withdrawn; asking again answers with it.
+        again = await kit.writes.execute_plan(plan_id, ALICE)
+        assert again.envelope.error_type is ErrorCode.PLAN_CLOSED
+        closed = kit.store.get_execution(_key(kit, plan_id))
+        assert closed is not None
+        assert (closed.status, closed.attempts) == (ExecutionStatus.FAILED_FINAL, 1)
+    else:
+        kit.clock.advance(TTL)
+        refusal = await _refused(kit.writes.execute_plan(plan_id, ALICE))
+        assert refusal.code is ErrorCode.PLAN_EXPIRED
+        assert kit.store.get_execution(_key(kit, plan_id)) == record
+    assert kit.effects == {}
 
 
 # --- known defects, pinned until fixed --------------------------------------------------------

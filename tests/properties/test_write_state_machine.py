@@ -354,6 +354,7 @@ class ObservedStore:
         expect_version: int,
         lease_owner: str | None = None,
         lease_valid_at: datetime | None = None,
+        require_confirmed_plan: bool = False,
     ) -> bool:
         replaced = self._inner.replace_execution(
             record,
@@ -361,6 +362,7 @@ class ObservedStore:
             expect_version=expect_version,
             lease_owner=lease_owner,
             lease_valid_at=lease_valid_at,
+            require_confirmed_plan=require_confirmed_plan,
         )
         if replaced:
             self._log.moves.append(
@@ -938,7 +940,13 @@ class WriteMachine(RuleBasedStateMachine):
                 assert move.last_call[0] == move.key
                 assert move.new is OUTCOME_OF[move.last_call[1]], move
             if move.new is S.FAILED_FINAL:
-                assert move.old is S.RUNNING
+                # Failed by a declared failure while running, or a released record
+                # closed because its plan was withdrawn (nothing ran).
+                assert move.old in {S.RUNNING, S.PREPARED}
+                if move.old is S.PREPARED:
+                    record = self.store.get_execution(move.key)
+                    assert record is not None
+                    assert record.error_code == ErrorCode.PLAN_CLOSED.value
             if move.old is not None:
                 check_transition(move.old, move.new)
         self.checked_moves = len(self.log.moves)

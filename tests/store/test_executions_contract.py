@@ -429,3 +429,42 @@ def test_a_database_error_in_a_transaction_is_a_store_error_and_rolls_back(
         write_a_duplicate_effect()
     assert sql_store.get_execution("hk1_a") is None
     assert _effects(sql_store, scratch) == []
+
+
+def test_a_re_claim_can_require_the_plan_to_be_confirmed(store: Store) -> None:
+    from handrail import ConfirmationMode, Impact, Plan, PlanRecord, PlanState, RiskLevel  # noqa: PLC0415
+
+    plan = Plan.create(
+        plan_id="p9",
+        tool="t",
+        schema_version="1",
+        arguments={},
+        expected_version=None,
+        user_id="u",
+        tenant_id="t1",
+        risk=RiskLevel.L2_REVERSIBLE_WRITE,
+        confirmation=ConfirmationMode.CONFIRM,
+        required_approvals=1,
+        impact=Impact(action="a", target="b", reversible=True),
+        created_at=T0,
+        expires_at=T0 + timedelta(hours=1),
+    )
+    store.insert_plan(PlanRecord(plan=plan, state=PlanState.CONFIRMED, version=1, updated_at=T0))
+    released = _record(plan_id="p9", status=ExecutionStatus.PREPARED, lease_owner=None)
+    assert store.insert_execution(released)
+    assert store.move_plan(
+        "p9",
+        expect_state=PlanState.CONFIRMED,
+        expect_version=1,
+        state=PlanState.REJECTED,
+        at=T0,
+    )
+    running = released.moved(ExecutionStatus.RUNNING, lease_owner="w2")
+    refused = store.replace_execution(
+        running,
+        expect_status=ExecutionStatus.PREPARED,
+        expect_version=released.version,
+        require_confirmed_plan=True,
+    )
+    assert refused is False
+    assert store.get_execution(released.idempotency_key) == released

@@ -107,12 +107,15 @@ class Store(Protocol):
         expect_version: int,
         lease_owner: str | None = None,
         lease_valid_at: datetime | None = None,
+        require_confirmed_plan: bool = False,
     ) -> bool:
         """Write `record` over the stored row if that row is still as expected.
 
         The row must have `expect_status` and `expect_version`; with `lease_owner`, it
         must also be leased to that owner, and with `lease_valid_at` the lease must not
-        have expired at that time (fencing a worker whose lease ran out).
+        have expired at that time (fencing a worker whose lease ran out). With
+        `require_confirmed_plan`, the record's plan must be CONFIRMED, checked in the same
+        statement (re-running a released record of a plan withdrawn meanwhile is refused).
         """
         ...
 

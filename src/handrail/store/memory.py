@@ -158,12 +158,17 @@ class MemoryStore:
         expect_version: int,
         lease_owner: str | None = None,
         lease_valid_at: datetime | None = None,
+        require_confirmed_plan: bool = False,
     ) -> bool:
         """Compare-and-set the whole record."""
         with self._lock:
             found = self._executions.get(record.idempotency_key)
             if found is None or (found.status, found.version) != (expect_status, expect_version):
                 return False
+            if require_confirmed_plan:
+                plan = self._plans.get(found.plan_id or "")
+                if plan is None or plan.state is not PlanState.CONFIRMED:
+                    return False
             if lease_owner is not None and found.lease_owner != lease_owner:
                 return False
             if lease_valid_at is not None and (

@@ -230,7 +230,7 @@ _MOVE_PLAN = (
 _SELECT_EXECUTION = sa.select(executions).where(_E.idempotency_key == sa.bindparam("k_key"))
 
 
-def _replace_statement(*, owner: bool, valid: bool) -> sa.Update:
+def _replace_statement(*, owner: bool, valid: bool, plan: bool = False) -> sa.Update:
     conditions = [
         _E.idempotency_key == sa.bindparam("k_key"),
         _E.status == sa.bindparam("k_status"),
@@ -242,8 +242,19 @@ def _replace_statement(*, owner: bool, valid: bool) -> sa.Update:
         conditions.append(
             _E.lease_expires_at > sa.bindparam("k_valid", type_=_E.lease_expires_at.type),
         )
+    if plan:
+        # Only while the record's plan is CONFIRMED, read FOR SHARE like the claim.
+        confirmed = (
+            sa.select(_P.plan_id)
+            .where(_P.plan_id == _E.plan_id, _P.state == PlanState.CONFIRMED.value)
+            .with_for_update(read=True)
+        )
+        conditions.append(sa.exists(confirmed))
     values = {name: sa.bindparam(f"v_{name}", type_=_E[name].type) for name in _EXECUTION_MUTABLE}
     return executions.update().where(*conditions).values(values)
+
+
+_RECLAIM_EXECUTION = _replace_statement(owner=False, valid=False, plan=True)
 
 
 _REPLACE_EXECUTION = {
@@ -575,6 +586,7 @@ class SqlStore:
         expect_version: int,
         lease_owner: str | None = None,
         lease_valid_at: datetime | None = None,
+        require_confirmed_plan: bool = False,
         connection: sa.Connection | None = None,
     ) -> bool:
         """Compare-and-set the whole record (one UPDATE ... WHERE)."""
@@ -585,7 +597,11 @@ class SqlStore:
             lease_owner=lease_owner,
             lease_valid_at=lease_valid_at,
         )
-        statement = _REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
+        statement = (
+            _RECLAIM_EXECUTION
+            if require_confirmed_plan
+            else _REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
+        )
         return self._write(
             "execution update",
             lambda c: c.execute(statement, params).rowcount == 1,
