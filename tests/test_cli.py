@@ -574,3 +574,103 @@ def test_the_demo_exits_2_when_the_recovery_scenario_leaves_its_script(
     assert result.exit_code == 2
     assert "UNEXPECTED: after reconciliation gave UNKNOWN None" in result.stdout
     assert result.stderr == "error: 1 demo outcome(s) differed from the script\n"
+
+
+def test_executions_list_shows_the_unknown_write_and_resolve_settles_it_by_hand(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    store = unknown_write["store"]
+    listed = runner.invoke(cli.app, ["executions", "list", "--store", store])
+    assert listed.exit_code == 0, listed.output
+    assert unknown_write["key"] in listed.stdout
+    assert "UNKNOWN" in listed.stdout
+    none_succeeded = runner.invoke(
+        cli.app,
+        ["executions", "list", "--store", store, "--status", "succeeded"],
+    )
+    assert unknown_write["key"] not in none_succeeded.stdout
+    resolved = runner.invoke(
+        cli.app,
+        [
+            "executions",
+            "resolve",
+            unknown_write["key"],
+            "--store",
+            store,
+            "--succeeded",
+            "--business-id",
+            unknown_write["ticket_no"],
+            "--operator",
+            "ops-anna",
+            "--note",
+            "ticket found in the service console",
+        ],
+    )
+    assert resolved.exit_code == 0, resolved.output
+    assert "SUCCEEDED" in resolved.stdout
+    assert _execution_status(store, unknown_write["key"]) == (
+        "SUCCEEDED",
+        unknown_write["ticket_no"],
+    )
+    audit = runner.invoke(cli.app, ["audit", "tail", "--db", store, "-n", "5"])
+    assert "resolve" in audit.stdout
+    again = runner.invoke(
+        cli.app,
+        [
+            "executions",
+            "resolve",
+            unknown_write["key"],
+            "--store",
+            store,
+            "--failed",
+            "--operator",
+            "ops-anna",
+            "--note",
+            "second thoughts",
+        ],
+    )
+    assert again.exit_code == 2
+    assert "only an UNKNOWN record" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--operator", "a", "--note", "n"], "--succeeded or --failed"),
+        (["--failed", "--business-id", "x", "--operator", "a", "--note", "n"], "goes with"),
+        (["--failed", "--operator", " ", "--note", "n"], "operator and a note"),
+    ],
+)
+def test_executions_resolve_refuses_an_incomplete_decision(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+    arguments: list[str],
+    message: str,
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        [
+            "executions",
+            "resolve",
+            unknown_write["key"],
+            "--store",
+            unknown_write["store"],
+            *arguments,
+        ],
+    )
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert _execution_status(unknown_write["store"], unknown_write["key"])[0] == "UNKNOWN"
+
+
+def test_executions_list_refuses_an_unknown_status(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        ["executions", "list", "--store", unknown_write["store"], "--status", "maybe"],
+    )
+    assert result.exit_code == 2
+    assert "unknown status" in result.stderr

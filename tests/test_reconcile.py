@@ -261,3 +261,55 @@ async def test_worker_mode_runs_passes_until_stopped(store: Store) -> None:
 
 def test_no_proof_has_a_default_reason() -> None:
     assert NoProof().reason
+
+
+async def test_a_person_settles_an_unknown_write_once_and_it_is_audited(store: Store) -> None:
+    from handrail.errors import WriteRefusedError  # noqa: PLC0415
+    from handrail.reconcile import resolve_by_person  # noqa: PLC0415
+
+    setup = Setup(store, reconcile=False)
+    plan_id, key = await setup.unknown()
+    failed = resolve_by_person(
+        store,
+        key,
+        succeeded=False,
+        operator="ops-anna",
+        note="the service has no such ticket; its log shows the request rejected",
+        clock=setup.clock,
+        audit=setup.audit,
+    )
+    assert (failed.status, failed.error_code) == (ExecutionStatus.FAILED_FINAL, "FAILED_FINAL")
+    assert store.get_execution(key) == failed
+    assert any(e.stage == "resolve" and e.subject.user_id == "ops-anna" for e in setup.audit.events)
+    again = await setup.writes.execute_plan(plan_id, ALICE)
+    assert again.replayed
+    assert again.envelope.error_type is not None
+    with pytest.raises(WriteRefusedError):
+        resolve_by_person(store, key, succeeded=True, operator="x", note="y", clock=setup.clock)
+    with pytest.raises(WriteRefusedError):
+        resolve_by_person(store, "hk1_missing", succeeded=True, operator="x", note="y")
+
+
+async def test_a_record_a_reconciler_holds_cannot_be_resolved_by_hand(store: Store) -> None:
+    from handrail.errors import WriteRefusedError  # noqa: PLC0415
+    from handrail.reconcile import resolve_by_person  # noqa: PLC0415
+
+    setup = Setup(store)
+    _, key = await setup.unknown()
+    record = store.get_execution(key)
+    assert record is not None
+    leased = record.moved(
+        ExecutionStatus.UNKNOWN,
+        lease_owner="r9",
+        lease_expires_at=setup.clock.now() + timedelta(seconds=60),
+    )
+    assert store.replace_execution(
+        leased,
+        expect_status=record.status,
+        expect_version=record.version,
+    )
+    with pytest.raises(WriteRefusedError, match="active lease"):
+        resolve_by_person(store, key, succeeded=True, operator="x", note="y", clock=setup.clock)
+    listed = store.list_executions(status=ExecutionStatus.UNKNOWN, tenant_id="t1")
+    assert [r.idempotency_key for r in listed] == [key]
+    assert store.list_executions(status=ExecutionStatus.SUCCEEDED) == []

@@ -30,7 +30,7 @@ from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import Tool
 from handrail.envelope import jsonable
-from handrail.errors import ErrorCode
+from handrail.errors import ErrorCode, WriteRefusedError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.executor import Executor, WriteJob, restore_principal
 from handrail.principal import Principal
@@ -39,7 +39,15 @@ from handrail.retry import Sleep
 from handrail.spec import ReconcilePolicy
 from handrail.store.base import Store
 
-__all__ = ["Found", "NoProof", "NotExecuted", "PassReport", "Reconciled", "Reconciler"]
+__all__ = [
+    "Found",
+    "NoProof",
+    "NotExecuted",
+    "PassReport",
+    "Reconciled",
+    "Reconciler",
+    "resolve_by_person",
+]
 
 T = TypeVar("T")
 
@@ -376,3 +384,86 @@ class Reconciler:
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def resolve_by_person(
+    store: Store,
+    key: str,
+    *,
+    succeeded: bool,
+    operator: str,
+    note: str,
+    business_id: str | None = None,
+    clock: Clock | None = None,
+    audit: AuditSink | None = None,
+    retention_seconds: float = 86_400.0,
+) -> ExecutionRecord:
+    """Settle an UNKNOWN record by a person who checked the downstream system.
+
+    The way out of UNKNOWN for a tool without a reconcile hook, or after escalation:
+    an operator looked the key up downstream and says what happened. The decision,
+    the operator and their note are stored and audited. Only an UNKNOWN record that
+    no reconciler holds a lease on can be settled; anything else is a CONFLICT.
+    """
+    clock = clock or SystemClock()
+    if not operator.strip() or not note.strip():
+        raise WriteRefusedError(ErrorCode.INVALID_ARGUMENTS, "an operator and a note are required")
+    record = store.get_execution(key)
+    now = clock.now()
+    leased = (
+        record is not None and record.lease_expires_at is not None and record.lease_expires_at > now
+    )
+    if record is None or record.status is not ExecutionStatus.UNKNOWN or leased:
+        state = "missing" if record is None else record.status.value
+        raise WriteRefusedError(
+            ErrorCode.CONFLICT,
+            f"only an UNKNOWN record without an active lease can be resolved (it is {state})",
+        )
+    decision = {"resolved_by": operator, "note": note}
+    if succeeded:
+        settled = record.moved(
+            ExecutionStatus.SUCCEEDED,
+            result=json.dumps({**decision, "business_id": business_id}, sort_keys=True),
+            business_id=business_id,
+            error_code=None,
+            next_check_at=None,
+            updated_at=now,
+            retain_until=now + timedelta(seconds=retention_seconds),
+        )
+    else:
+        settled = record.moved(
+            ExecutionStatus.FAILED_FINAL,
+            result=json.dumps({**decision, "message": note}, sort_keys=True),
+            error_code=ErrorCode.FAILED_FINAL.value,
+            next_check_at=None,
+            updated_at=now,
+            retain_until=now + timedelta(seconds=retention_seconds),
+        )
+    if not store.replace_execution(
+        settled,
+        expect_status=record.status,
+        expect_version=record.version,
+    ):
+        raise WriteRefusedError(ErrorCode.CONFLICT, "the record changed meanwhile; look again")
+    auditor = Auditor(audit, clock)
+    auditor.emit(
+        [
+            auditor.event(
+                kind="write",
+                stage="resolve",
+                decision=settled.status.value.lower(),
+                code=settled.error_code,
+                subject=AuditSubject(
+                    tool=record.tool,
+                    args_hash=record.plan_hash,
+                    user_id=operator,
+                    tenant_id=record.tenant_id,
+                ),
+                detail=json.dumps(
+                    {"key": key, "note": note, "business_id": business_id},
+                    sort_keys=True,
+                ),
+            ),
+        ],
+    )
+    return settled

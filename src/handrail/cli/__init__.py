@@ -14,6 +14,7 @@ import typer
 from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, load_registry, operator_principal
 from handrail.cli._demo import demo
+from handrail.cli._executions import executions_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._tools import spec_document, tools_app
 
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
+app.add_typer(executions_app, name="executions")
 app.command("demo")(demo)
 app.command("reconcile")(reconcile)
 

@@ -38,7 +38,7 @@ from handrail.clock import Clock, SystemClock
 from handrail.reconcile import PassReport, Reconciler
 from handrail.store import SqlStore, open_store
 
-__all__ = ["reconcile"]
+__all__ = ["open_existing_store", "reconcile"]
 
 _ROWS = (
     ("expired leases", "expired_leases", "RUNNING records whose worker's lease ran out"),
@@ -66,7 +66,7 @@ def _label(url: str) -> str:
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
-def _open(url: str) -> SqlStore:
+def open_existing_store(url: str) -> SqlStore:
     """The existing store at `url`; a missing SQLite file is an error, never a new store."""
     if not url:
         raise CliError("--store must not be empty")
@@ -114,7 +114,7 @@ def reconcile(
         raise CliError("--max-passes only applies with --watch")
     registry = load_registry(app_target)
     worker = worker_id or _default_worker()
-    opened = _open(store)
+    opened = open_existing_store(store)
     audit = BatchingAuditSink(opened)
     console = console_for_output()
     try:

@@ -127,6 +127,16 @@ class Store(Protocol):
         """
         ...
 
+    def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 50,
+    ) -> list[ExecutionRecord]:
+        """Records for people, most recently updated first, optionally filtered."""
+        ...
+
     def purge_executions(self, *, now: datetime) -> int:
         """Delete settled records whose retention ended before `now`; how many."""
         ...

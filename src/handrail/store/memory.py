@@ -189,6 +189,24 @@ class MemoryStore:
             due = [r for r in self._executions.values() if _due(r, now)]
         return sorted(due, key=lambda r: (r.updated_at, r.idempotency_key))[: max(0, limit)]
 
+    def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 50,
+    ) -> list[ExecutionRecord]:
+        """Matching records, most recently updated first."""
+        with self._lock:
+            found = [
+                r
+                for r in self._executions.values()
+                if (status is None or r.status is status)
+                and (tenant_id is None or r.tenant_id == tenant_id)
+            ]
+        found.sort(key=lambda r: (r.updated_at, r.idempotency_key), reverse=True)
+        return found[: max(0, limit)]
+
     def purge_executions(self, *, now: datetime) -> int:
         """Drop settled records past retention."""
         with self._lock:

@@ -638,6 +638,30 @@ class SqlStore:
             None,
         )
 
+    def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 50,
+    ) -> list[ExecutionRecord]:
+        """Matching records, most recently updated first."""
+        c = executions.c
+        query = (
+            sa.select(executions)
+            .order_by(c.updated_at.desc(), c.idempotency_key.desc())
+            .limit(max(0, limit))
+        )
+        if status is not None:
+            query = query.where(c.status == status.value)
+        if tenant_id is not None:
+            query = query.where(c.tenant_id == tenant_id)
+        return self._read(
+            "executions read",
+            lambda conn: [_execution(r) for r in conn.execute(query).mappings()],
+            None,
+        )
+
     def purge_executions(self, *, now: datetime) -> int:
         """Drop settled records past retention."""
         c = executions.c
