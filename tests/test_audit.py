@@ -124,3 +124,17 @@ def test_the_arguments_summary_bounds_wide_and_deep_values() -> None:
         node = node["d"]  # type: ignore[assignment]
     assert len(summarize_arguments(wide)) <= 512
     assert len(summarize_arguments(deep)) <= 512
+
+
+def test_note_emits_one_event_with_its_facts_as_sorted_json_without_nones() -> None:
+    from handrail.audit import Auditor, AuditSubject, MemoryAuditSink  # noqa: PLC0415
+    from handrail.clock import FixedClock  # noqa: PLC0415
+
+    sink = MemoryAuditSink()
+    auditor = Auditor(sink, FixedClock())
+    subject = AuditSubject(tool="t", tenant_id="t1")
+    auditor.note(kind="write", stage="s", decision="d", subject=subject, facts={"b": 1, "a": None})
+    auditor.note(kind="write", stage="s", decision="d", subject=subject, facts={"a": None})
+    assert [e.detail for e in sink.events] == ['{"b": 1}', None]
+    assert sink.events[0].subject == subject
+    Auditor(None, FixedClock()).note(kind="k", stage="s", decision="d", subject=subject)

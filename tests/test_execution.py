@@ -114,3 +114,18 @@ def test_intent_hash_changes_with_arguments_tool_version_and_tenant() -> None:
         ("tenant_id", "t2"),
     ]:
         assert intent_hash(**{**base, field: value}) != digest
+
+
+def test_a_principal_snapshot_restores_the_same_principal() -> None:
+    from handrail import Principal  # noqa: PLC0415
+
+    principal = Principal(
+        user_id="u",
+        tenant_id="t",
+        permissions=frozenset({"a", "b"}),
+        roles=frozenset({"r"}),
+        data_scope={"region": "eu"},
+        request_id="req",
+        trace_id="tr",
+    )
+    assert Principal.from_snapshot(principal.snapshot()) == principal

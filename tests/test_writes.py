@@ -170,7 +170,6 @@ async def test_a_deadline_passing_while_running_is_unknown(store: Store) -> None
     world.downstream.script.append("hang")
     world.downstream.release = asyncio.Event()
     plan_id = await world.confirmed()
-    world.gate = world.gate  # same gate; execute_plan takes its own timeout
     outcome = await world.writes.execute_plan(plan_id, ALICE, timeout=0.05)
     assert outcome.envelope.error_type is ErrorCode.OUTCOME_UNKNOWN
     assert outcome.record is not None

@@ -208,6 +208,37 @@ class Auditor:
         if self._sink is not None and events:
             self._sink.emit(events)
 
+    def note(
+        self,
+        *,
+        kind: str,
+        stage: str,
+        decision: str,
+        subject: AuditSubject,
+        code: str | None = None,
+        facts: Mapping[str, object] | None = None,
+    ) -> None:
+        """Emit one event now; `facts` become its detail as sorted JSON, None values left out.
+
+        Builds nothing when auditing is off.
+        """
+        if self._sink is None:
+            return
+        present = {k: v for k, v in (facts or {}).items() if v is not None}
+        detail = json.dumps(present, sort_keys=True, default=str) if present else None
+        self.emit(
+            [
+                self.event(
+                    kind=kind,
+                    stage=stage,
+                    decision=decision,
+                    subject=subject,
+                    code=code,
+                    detail=detail,
+                ),
+            ],
+        )
+
 
 class MemoryAuditSink:
     """Keeps events in a list; for tests and for `handrail.testing`."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -47,7 +47,7 @@ from handrail.spec import SideEffect
 from handrail.store.base import Store
 from handrail.store.sql import SqlStore, execution_params, execution_row
 
-__all__ = ["Executor", "WriteJob", "WriteOutcome", "principal_snapshot", "restore_principal"]
+__all__ = ["Executor", "WriteJob", "WriteOutcome", "stored_result"]
 
 T = TypeVar("T")
 
@@ -89,41 +89,6 @@ class WriteOutcome:
     def error_is(self, code: ErrorCode) -> bool:
         """Whether the envelope is a refusal or failure with this code."""
         return self.envelope.error_type is code
-
-
-def principal_snapshot(principal: Principal) -> str:
-    """JSON of the principal's identity and authority, kept with the record."""
-    return json.dumps(
-        {
-            "user_id": principal.user_id,
-            "tenant_id": principal.tenant_id,
-            "roles": sorted(principal.roles),
-            "permissions": sorted(principal.permissions),
-            "data_scope": dict(principal.data_scope),
-            "request_id": principal.request_id,
-            "trace_id": principal.trace_id,
-        },
-        sort_keys=True,
-        default=str,
-    )
-
-
-def restore_principal(snapshot: str) -> Principal:
-    """The principal a record was executed for, for a retry by the reconciler."""
-    data = json.loads(snapshot)
-    return Principal(
-        user_id=data["user_id"],
-        tenant_id=data["tenant_id"],
-        roles=frozenset(data["roles"]),
-        permissions=frozenset(data["permissions"]),
-        data_scope=data["data_scope"],
-        request_id=data.get("request_id"),
-        trace_id=data.get("trace_id"),
-    )
-
-
-class _Fenced(Exception):  # noqa: N818 - an outcome, not a fault
-    """The lease ran out: the record is no longer ours to write."""
 
 
 class Executor:
@@ -305,7 +270,7 @@ class Executor:
             tool=job.tool.spec.name,
             tenant_id=job.principal.tenant_id,
             user_id=job.principal.user_id,
-            principal=principal_snapshot(job.principal),
+            principal=job.principal.snapshot(),
             arguments=canonical_json(dict(job.arguments)).decode(),
             expected_version=job.expected_version,
             status=ExecutionStatus.RUNNING,
@@ -421,7 +386,7 @@ class Executor:
         self, job: WriteJob, record: ExecutionRecord, result: object
     ) -> WriteOutcome:
         tool = job.tool
-        stored, note = _stored_result(result)
+        stored, note = stored_result(result)
         succeeded = record.moved(
             ExecutionStatus.SUCCEEDED,
             result=stored,
@@ -591,7 +556,7 @@ class Executor:
             if self._clock.monotonic() >= deadline:
                 # Committing now would report success to no one; roll back instead.
                 raise _LocalRolledBack(DeadlineExceededError())
-            stored, _ = _stored_result(result)
+            stored, _ = stored_result(result)
             succeeded = record.moved(
                 ExecutionStatus.SUCCEEDED,
                 result=stored,
@@ -719,30 +684,26 @@ class Executor:
         if not self._auditor.enabled:
             return
         principal = job.principal
-        info = {"key": job.key, "plan_id": job.plan_id, "worker": self._worker, **(detail or {})}
-        self._auditor.emit(
-            [
-                self._auditor.event(
-                    kind="write",
-                    stage=stage,
-                    decision=decision,
-                    code=code,
-                    subject=AuditSubject(
-                        request_id=principal.request_id,
-                        tool_call_id=job.call_id[:256],
-                        tool=job.tool.spec.name,
-                        schema_version=job.tool.spec.schema_version,
-                        args_hash=job.plan_hash,
-                        user_id=principal.user_id,
-                        tenant_id=principal.tenant_id,
-                    ),
-                    detail=json.dumps(
-                        {k: v for k, v in info.items() if v is not None},
-                        sort_keys=True,
-                        default=str,
-                    ),
-                ),
-            ],
+        self._auditor.note(
+            kind="write",
+            stage=stage,
+            decision=decision,
+            code=code,
+            subject=AuditSubject(
+                request_id=principal.request_id,
+                tool_call_id=job.call_id[:256],
+                tool=job.tool.spec.name,
+                schema_version=job.tool.spec.schema_version,
+                args_hash=job.plan_hash,
+                user_id=principal.user_id,
+                tenant_id=principal.tenant_id,
+            ),
+            facts={
+                "key": job.key,
+                "plan_id": job.plan_id,
+                "worker": self._worker,
+                **(detail or {}),
+            },
         )
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
@@ -811,16 +772,13 @@ class _LocalRolledBack(Exception):  # noqa: N818 - carries the cause out of the 
         self.error = error
 
 
-async def _bounded(work: Awaitable[T], remaining: float) -> T:
-    return await within(_as_coroutine(work), remaining)
+async def _bounded(work: Coroutine[Any, Any, T], remaining: float) -> T:
+    # asyncio.run takes a coroutine; `within` gives an awaitable.
+    return await within(work, remaining)
 
 
-async def _as_coroutine(work: Awaitable[T]) -> T:
-    return await work
-
-
-def _stored_result(result: object) -> tuple[str | None, str | None]:
-    """Canonical JSON text of a result, or None and why when it cannot be stored."""
+def stored_result(result: object) -> tuple[str | None, str | None]:
+    """Compact JSON text of a result, or None and why when it cannot be stored."""
     try:
         _, encoded = jsonable(result)
         return encoded.decode(), None

@@ -48,7 +48,7 @@ from handrail.validation import (
     refuse_defect,
     validate_arguments,
 )
-from handrail.writes import Writes, stricter
+from handrail.writes import Writes, proposal_envelope, stricter
 
 __all__ = ["Gate"]
 
@@ -568,32 +568,7 @@ class Gate:
                 approval=approvers,
             ),
         )
-        approve = required is ConfirmationMode.APPROVE
-        who = (
-            f"approval by {plan.required_approvals} approver(s)"
-            if approve
-            else "the user's confirmation"
-        )
-        return Envelope(
-            call_id=call.id,
-            tool=spec.name,
-            status=Status.ERROR,
-            summary=(
-                f"Nothing was executed yet. A plan was prepared: {plan.impact.describe()}. It "
-                f"needs {who} in the application before it can run. Tell the user what it "
-                f"will do; do "
-                f"not claim it was done."
-            ),
-            data={
-                "plan_id": plan.plan_id,
-                "impact": plan.impact.to_json(),
-                "expires_at": plan.expires_at.isoformat(),
-            },
-            schema_version=spec.schema_version,
-            error=ErrorDetail(
-                code=ErrorCode.NEEDS_APPROVAL if approve else ErrorCode.NEEDS_CONFIRMATION,
-            ),
-        )
+        return proposal_envelope(call.id, spec, plan)
 
     async def revise_plan(
         self,

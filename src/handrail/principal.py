@@ -6,6 +6,7 @@ never reads identity, tenant or authority from model arguments.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -40,6 +41,39 @@ class Principal:
         object.__setattr__(self, "permissions", frozenset(self.permissions))
         object.__setattr__(self, "roles", frozenset(self.roles))
         object.__setattr__(self, "data_scope", _frozen_mapping(self.data_scope))
+
+    def snapshot(self) -> str:
+        """JSON of identity and authority, kept with an execution record.
+
+        A reconciler in another process retries the write for the same principal.
+        """
+        return json.dumps(
+            {
+                "user_id": self.user_id,
+                "tenant_id": self.tenant_id,
+                "roles": sorted(self.roles),
+                "permissions": sorted(self.permissions),
+                "data_scope": dict(self.data_scope),
+                "request_id": self.request_id,
+                "trace_id": self.trace_id,
+            },
+            sort_keys=True,
+            default=str,
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: str) -> Principal:
+        """The principal `snapshot()` wrote."""
+        data = json.loads(snapshot)
+        return cls(
+            user_id=data["user_id"],
+            tenant_id=data["tenant_id"],
+            roles=frozenset(data["roles"]),
+            permissions=frozenset(data["permissions"]),
+            data_scope=data["data_scope"],
+            request_id=data.get("request_id"),
+            trace_id=data.get("trace_id"),
+        )
 
     def has_permissions(self, required: frozenset[str]) -> bool:
         """True when every required permission is held."""

@@ -29,10 +29,9 @@ from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import Tool
-from handrail.envelope import jsonable
 from handrail.errors import ErrorCode, WriteRefusedError
 from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.executor import Executor, WriteJob, restore_principal
+from handrail.executor import Executor, WriteJob, stored_result
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.retry import Sleep
@@ -162,9 +161,10 @@ class Reconciler:
                 report["expired_leases"].append(current.idempotency_key)
                 current = unknown
             outcome = await self._check(current)
+            if outcome == "escalated":
+                # Newly escalated records are still unknown: they are listed in both.
+                report["still_unknown"].append(current.idempotency_key)
             report[outcome].append(current.idempotency_key)
-            if outcome == "still_unknown" and self._escalated_now(current):
-                report["escalated"].append(current.idempotency_key)
         purged = await self._io(self._store.purge_executions, now=self._clock.now())
         return PassReport(**{k: tuple(v) for k, v in report.items()}, purged=purged)
 
@@ -179,9 +179,6 @@ class Reconciler:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except TimeoutError:
                 continue
-
-    def _escalated_now(self, record: ExecutionRecord) -> bool:
-        return not record.escalated and record.checks + 1 >= self._policy(record).escalate_after
 
     def _tool(self, name: str) -> Tool | None:
         return self._registry.get(name) if name in self._registry else None
@@ -207,7 +204,7 @@ class Reconciler:
         ):
             return "skipped"
         tool = self._tool(leased.tool)
-        principal = restore_principal(leased.principal)
+        principal = Principal.from_snapshot(leased.principal)
         if tool is None or tool.reconcile is None:
             answer: Reconciled = NoProof("the tool has no reconcile hook; a person must decide")
         else:
@@ -250,11 +247,7 @@ class Reconciler:
         return answer
 
     async def _found(self, record: ExecutionRecord, answer: Found, tool: Tool | None) -> str:
-        try:
-            _, encoded = jsonable(answer.result)
-            stored: str | None = encoded.decode()
-        except ValueError:
-            stored = None
+        stored, _ = stored_result(answer.result)
         retention = tool.spec.idempotency.retention_seconds if tool is not None else 86_400.0
         succeeded = record.moved(
             ExecutionStatus.SUCCEEDED,
@@ -324,14 +317,15 @@ class Reconciler:
         )
         if not await self._write(record, later):
             return "skipped"
+        outcome = "escalated" if later.escalated and not record.escalated else "still_unknown"
         self._audit(
             later,
             "reconcile",
-            "escalated" if later.escalated and not record.escalated else "still_unknown",
+            outcome,
             code=ErrorCode.OUTCOME_UNKNOWN,
             detail={"reason": reason, "checks": checks, "next_check_in_s": round(wait, 3)},
         )
-        return "still_unknown"
+        return outcome
 
     async def _write(self, current: ExecutionRecord, new: ExecutionRecord) -> bool:
         return await self._io(
@@ -354,32 +348,23 @@ class Reconciler:
     ) -> None:
         if not self._auditor.enabled:
             return
-        info = {
-            "key": record.idempotency_key,
-            "plan_id": record.plan_id,
-            "worker": self._worker,
-            **(detail or {}),
-        }
-        self._auditor.emit(
-            [
-                self._auditor.event(
-                    kind="write",
-                    stage=stage,
-                    decision=decision,
-                    code=code,
-                    subject=AuditSubject(
-                        tool=record.tool,
-                        args_hash=record.plan_hash,
-                        user_id=record.user_id,
-                        tenant_id=record.tenant_id,
-                    ),
-                    detail=json.dumps(
-                        {k: v for k, v in info.items() if v is not None},
-                        sort_keys=True,
-                        default=str,
-                    ),
-                ),
-            ],
+        self._auditor.note(
+            kind="write",
+            stage=stage,
+            decision=decision,
+            code=code,
+            subject=AuditSubject(
+                tool=record.tool,
+                args_hash=record.plan_hash,
+                user_id=record.user_id,
+                tenant_id=record.tenant_id,
+            ),
+            facts={
+                "key": record.idempotency_key,
+                "plan_id": record.plan_id,
+                "worker": self._worker,
+                **(detail or {}),
+            },
         )
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
@@ -445,25 +430,17 @@ def resolve_by_person(
         expect_version=record.version,
     ):
         raise WriteRefusedError(ErrorCode.CONFLICT, "the record changed meanwhile; look again")
-    auditor = Auditor(audit, clock)
-    auditor.emit(
-        [
-            auditor.event(
-                kind="write",
-                stage="resolve",
-                decision=settled.status.value.lower(),
-                code=settled.error_code,
-                subject=AuditSubject(
-                    tool=record.tool,
-                    args_hash=record.plan_hash,
-                    user_id=operator,
-                    tenant_id=record.tenant_id,
-                ),
-                detail=json.dumps(
-                    {"key": key, "note": note, "business_id": business_id},
-                    sort_keys=True,
-                ),
-            ),
-        ],
+    Auditor(audit, clock).note(
+        kind="write",
+        stage="resolve",
+        decision=settled.status.value.lower(),
+        code=settled.error_code,
+        subject=AuditSubject(
+            tool=record.tool,
+            args_hash=record.plan_hash,
+            user_id=operator,
+            tenant_id=record.tenant_id,
+        ),
+        facts={"key": key, "note": note, "business_id": business_id},
     )
     return settled

@@ -28,6 +28,7 @@ from handrail.clock import Clock, SystemClock
 from handrail.confirmation import ConfirmationToken, Keyring
 from handrail.context import ToolContext
 from handrail.definition import BoundArguments, Tool
+from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import (
     ConfigurationError,
     ErrorCode,
@@ -42,10 +43,10 @@ from handrail.policy import check_permissions
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.retry import Sleep
-from handrail.spec import ConfirmationMode, ConfirmationPolicy
+from handrail.spec import ConfirmationMode, ConfirmationPolicy, ToolSpec
 from handrail.store.base import Store
 
-__all__ = ["Writes"]
+__all__ = ["Writes", "proposal_envelope", "stricter"]
 
 T = TypeVar("T")
 
@@ -57,6 +58,39 @@ _MODE_RANK = {ConfirmationMode.NONE: 0, ConfirmationMode.CONFIRM: 1, Confirmatio
 def stricter(a: ConfirmationMode, b: ConfirmationMode) -> ConfirmationMode:
     """The stricter of two confirmation requirements."""
     return a if _MODE_RANK[a] >= _MODE_RANK[b] else b
+
+
+def proposal_envelope(call_id: str, spec: ToolSpec, plan: Plan) -> Envelope:
+    """What the model reads for a write that became a plan: nothing ran yet.
+
+    NEEDS_CONFIRMATION or NEEDS_APPROVAL, with the plan id, the impact and the expiry,
+    so the model can tell the user what will happen. Never a token.
+    """
+    approve = plan.confirmation is ConfirmationMode.APPROVE
+    who = (
+        f"approval by {plan.required_approvals} approver(s)"
+        if approve
+        else "the user's confirmation"
+    )
+    return Envelope(
+        call_id=call_id,
+        tool=spec.name,
+        status=Status.ERROR,
+        summary=(
+            f"Nothing was executed yet. A plan was prepared: {plan.impact.describe()}. It "
+            f"needs {who} in the application before it can run. Tell the user what it "
+            f"will do; do not claim it was done."
+        ),
+        data={
+            "plan_id": plan.plan_id,
+            "impact": plan.impact.to_json(),
+            "expires_at": plan.expires_at.isoformat(),
+        },
+        schema_version=spec.schema_version,
+        error=ErrorDetail(
+            code=ErrorCode.NEEDS_APPROVAL if approve else ErrorCode.NEEDS_CONFIRMATION,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -612,29 +646,20 @@ class Writes:
     ) -> None:
         if not self._auditor.enabled:
             return
-        info = {"plan_id": plan.plan_id, "plan_hash": plan.plan_hash, **(detail or {})}
-        self._auditor.emit(
-            [
-                self._auditor.event(
-                    kind="plan",
-                    stage=stage,
-                    decision=decision,
-                    code=code,
-                    subject=AuditSubject(
-                        request_id=principal.request_id,
-                        tool=plan.tool,
-                        schema_version=plan.schema_version,
-                        args_hash=plan.plan_hash,
-                        user_id=principal.user_id,
-                        tenant_id=principal.tenant_id,
-                    ),
-                    detail=json.dumps(
-                        {k: v for k, v in info.items() if v is not None},
-                        sort_keys=True,
-                        default=str,
-                    ),
-                ),
-            ],
+        self._auditor.note(
+            kind="plan",
+            stage=stage,
+            decision=decision,
+            code=code,
+            subject=AuditSubject(
+                request_id=principal.request_id,
+                tool=plan.tool,
+                schema_version=plan.schema_version,
+                args_hash=plan.plan_hash,
+                user_id=principal.user_id,
+                tenant_id=principal.tenant_id,
+            ),
+            facts={"plan_id": plan.plan_id, "plan_hash": plan.plan_hash, **(detail or {})},
         )
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
