@@ -7,18 +7,30 @@ from typing import Any
 import pytest
 
 from examples.provider_turn import RESPONSES, run_turn
+from handrail.shaping.marking import read_block
+
+
+def _shown(text: str) -> dict[str, Any]:
+    """The envelope the model reads inside a result's data block."""
+    block = read_block(text)
+    assert block is not None
+    envelope: dict[str, Any] = json.loads(block.body)
+    return envelope
 
 
 def _contents(provider: str, rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if provider == "openai-chat":
-        return [json.loads(m["content"]) for m in rendered]
+        return [_shown(m["content"]) for m in rendered]
     if provider == "openai-responses":
-        return [json.loads(item["output"]) for item in rendered]
+        return [_shown(item["output"]) for item in rendered]
     if provider == "anthropic":
         [message] = rendered
-        return [json.loads(block["content"]) for block in message["content"]]
+        return [_shown(block["content"]) for block in message["content"]]
     [content] = rendered
-    return [next(iter(part["functionResponse"]["response"].values())) for part in content["parts"]]
+    values = [
+        next(iter(part["functionResponse"]["response"].values())) for part in content["parts"]
+    ]
+    return [_shown(value) for value in values]
 
 
 @pytest.mark.anyio

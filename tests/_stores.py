@@ -27,7 +27,14 @@ POSTGRES_USER = "postgres"
 POSTGRES_ADMIN_DB = "postgres"
 
 # Every table the migrations create, emptied between tests (the schema stays).
-STORE_TABLES = ("audit_events", "plans", "plan_nonces", "plan_approvals", "executions")
+STORE_TABLES = (
+    "audit_events",
+    "plans",
+    "plan_nonces",
+    "plan_approvals",
+    "executions",
+    "raw_results",
+)
 
 RACE_TIMEOUT_S = 60.0
 

@@ -267,7 +267,7 @@ async def test_a_write_tool_is_blocked_and_not_executed_by_the_read_path() -> No
         (ValueError("/srv/app.py: secret=hunter2"), ErrorCode.FAILED_FINAL, False),
     ],
 )
-async def test_tool_exceptions_map_to_codes_and_undeclared_text_stays_in_the_audit(
+async def test_tool_exceptions_map_to_codes_and_undeclared_text_stays_in_the_audit_redacted(
     raised: Exception,
     code: ErrorCode,
     retryable: bool,
@@ -285,7 +285,14 @@ async def test_tool_exceptions_map_to_codes_and_undeclared_text_stays_in_the_aud
         assert envelope.retry_after == 2.5
     if isinstance(raised, ValueError | ConnectionError):
         assert str(raised) not in envelope.to_json()
-        assert str(raised) in (audit.events[-1].detail or "")
+        detail = audit.events[-1].detail or ""
+        # The operators' copy keeps the text, with credentials and internal IPs redacted.
+        assert f"{type(raised).__name__}: " in detail
+        assert (
+            "[REDACTED:credential]" if isinstance(raised, ValueError) else "[REDACTED:ip_address]"
+        ) in detail
+        assert "hunter2" not in detail
+        assert "10.0.0.7" not in detail
 
 
 @pytest.mark.anyio
@@ -412,7 +419,7 @@ async def test_results_become_json_data_and_empty_is_not_an_error(
 
 
 @pytest.mark.anyio
-async def test_an_oversized_result_is_withheld_and_marked_truncated() -> None:
+async def test_an_oversized_result_is_cut_to_the_budget_and_marked_truncated() -> None:
     @tool(risk=RiskLevel.L0_PUBLIC_READ, name="big")
     async def big() -> str:
         """Return a lot."""
@@ -422,7 +429,10 @@ async def test_an_oversized_result_is_withheld_and_marked_truncated() -> None:
     envelope = await gate.handle(_call("big"), READER)
     assert envelope.status is Status.TRUNCATED
     assert envelope.truncated is True
-    assert envelope.data is None
+    assert envelope.data == "x" * 98  # 100 characters of JSON, quotes included
+    assert [(o.path, o.unit, o.kept, o.total) for o in envelope.omitted] == [
+        ("$", "chars", 98, 1000)
+    ]
 
 
 @pytest.mark.anyio

@@ -11,7 +11,6 @@ from pathlib import Path
 
 INVARIANTS = set(range(1, 12))
 PENDING = {
-    8: "projection, redaction, untrusted marking, raw by reference (shaping issue)",
     10: "final answers claim only SUCCEEDED effects (agent loop issue)",
     11: "budgets and retry counts are program state (agent loop issue)",
 }

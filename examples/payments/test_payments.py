@@ -207,7 +207,9 @@ def test_an_export_of_more_than_a_thousand_rows_needs_approval(
 def test_the_export_size_counts_only_rows_in_the_callers_scope(gate: Gate) -> None:
     envelope = call(gate, EU_ALICE, "export_customers", limit=1_001)
     assert envelope.error_type is None
-    assert len(envelope.data) == 600
+    # 600 rows are in scope; the model sees as many as fit its budget, and the count.
+    [cut] = envelope.omitted
+    assert (cut.path, cut.unit, cut.kept, cut.total) == ("$", "items", len(envelope.data), 600)
     small = call(gate, EU_ALICE, "export_customers", limit=3)
     assert [row["customer_id"] for row in small.data] == ["CUS-10001", "CUS-10003", "CUS-10005"]
 

@@ -5,33 +5,59 @@ The ticket service's database file comes from the `service_db` argument, else fr
 the environment variable RECOVERY_SERVICE_DB, else `.handrail/recovery-tickets.db`
 (where `handrail demo` puts it with the default --db). Building the app registers the
 tools and opens nothing.
+
+What the model sees of results is shaped by one Shaper, shared by the app's Writes and
+Gate: at most MAX_RESULT_CHARS characters of data per result, personal data and
+credentials redacted, and the full result kept for people as a raw record in the same
+Handrail store as plans, executions and audit (`handrail raw show REF ...`).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from examples.recovery.service import CollectionMonitor, ResponseLoss, TicketService
+from examples.recovery.service import (
+    CollectionMonitor,
+    CollectorLogs,
+    ResponseLoss,
+    TicketService,
+)
 from examples.recovery.tools import build_tools
 from handrail import (
     AuditSink,
     Clock,
     Gate,
     Keyring,
+    RawResults,
     Reconciler,
+    Redactor,
     Registry,
+    Shaper,
     Store,
     SystemClock,
     Writes,
 )
+from handrail.audit import Auditor
 
-__all__ = ["DEFAULT_SERVICE_DB", "SERVICE_DB_ENV", "RecoveryApp", "build_app"]
+__all__ = [
+    "DEFAULT_SERVICE_DB",
+    "MAX_RESULT_CHARS",
+    "RAW_MAX_BYTES",
+    "SERVICE_DB_ENV",
+    "RecoveryApp",
+    "build_app",
+]
 
 SERVICE_DB_ENV = "RECOVERY_SERVICE_DB"
 DEFAULT_SERVICE_DB = Path(".handrail") / "recovery-tickets.db"
+MAX_RESULT_CHARS = 6_000
+"""The most characters of JSON data the model gets from one result."""
+RAW_MAX_BYTES = 32 * 1024 * 1024
+"""The most bytes of a raw record kept: collector logs run to tens of MB, kept whole."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,7 +68,32 @@ class RecoveryApp:
     service: TicketService
     monitor: CollectionMonitor
     link: ResponseLoss
+    logs: CollectorLogs
     clock: Clock
+
+    def raw_results(self, store: Store, *, audit: AuditSink | None = None) -> RawResults:
+        """The full results kept for people in `store`; `audit` receives every read."""
+        auditor = None if audit is None else Auditor(audit, self.clock)
+        return RawResults(store, self.clock, max_bytes=RAW_MAX_BYTES, auditor=auditor)
+
+    def shaper(
+        self,
+        store: Store,
+        *,
+        audit: AuditSink | None = None,
+        hash_key: bytes | None = None,
+    ) -> Shaper:
+        """What the model sees of results: bounded and redacted, the full ones kept in `store`.
+
+        `hash_key` keys the hashes of values redacted by hashing; without it, a random
+        key for this process. No recovery tool returns a list to page through, so the
+        shaper has no cursors: a long result is cut, and the cut is reported.
+        """
+        return Shaper(
+            redactor=Redactor(hash_key=hash_key or secrets.token_bytes(32)),
+            raw=self.raw_results(store, audit=audit),
+            max_chars=MAX_RESULT_CHARS,
+        )
 
     def writes(
         self,
@@ -52,8 +103,13 @@ class RecoveryApp:
         audit: AuditSink | None = None,
         worker_id: str | None = None,
         new_id: Callable[[], str] | None = None,
+        shaper: Shaper | None = None,
     ) -> Writes:
-        """The plan / confirm / execute service over `store`, signing with `keyring`."""
+        """The plan / confirm / execute service over `store`, signing with `keyring`.
+
+        Results are shaped by `shaper`, by default `self.shaper(store)`, which the Gate
+        over these writes shares.
+        """
         return Writes(
             self.registry,
             store,
@@ -62,11 +118,23 @@ class RecoveryApp:
             audit=audit,
             worker_id=worker_id,
             new_id=new_id,
+            shaper=shaper or self.shaper(store, audit=audit),
         )
 
     def gate(self, writes: Writes, *, audit: AuditSink | None = None) -> Gate:
-        """A Gate that turns the model's write proposals into plans of `writes`."""
-        return Gate(self.registry, audit=audit, clock=self.clock, writes=writes)
+        """A Gate that turns the model's write proposals into plans of `writes`.
+
+        It shapes results with the shaper of `writes`, so that reads and writes keep
+        their raw records in the same store, under the same budget and redaction.
+        """
+        return Gate(
+            self.registry,
+            audit=audit,
+            clock=self.clock,
+            writes=writes,
+            shaper=writes.shaper,
+            max_result_chars=MAX_RESULT_CHARS,
+        )
 
     def reconciler(
         self,
@@ -96,7 +164,15 @@ def build_app(
     service = TicketService.open(path, clock=clock)
     monitor = CollectionMonitor()
     link = ResponseLoss()
+    logs = CollectorLogs(monitor)
     registry = Registry(audit=audit, clock=clock, new_id=new_id)
-    for built in build_tools(service, monitor, link):
+    for built in build_tools(service, monitor, link, logs):
         registry.register(built, actor="recovery")
-    return RecoveryApp(registry=registry, service=service, monitor=monitor, link=link, clock=clock)
+    return RecoveryApp(
+        registry=registry,
+        service=service,
+        monitor=monitor,
+        link=link,
+        logs=logs,
+        clock=clock,
+    )

@@ -1,7 +1,10 @@
 """The recovery scenario of `handrail demo`: a confirmed write whose response is lost.
 
-A scripted model reads why an asset stopped collecting and proposes a recovery ticket.
-The host shows the plan, issues a one-time token and the user confirms. The ticket
+A scripted model reads why an asset stopped collecting, then the asset's collector log:
+200,000 lines of which it sees a bounded excerpt, with the failure lines and the exit
+code, and a password, an e-mail and internal addresses redacted, while the whole log is
+kept for people behind the envelope's ref. It proposes a recovery ticket; the host
+shows the plan, issues a one-time token and the user confirms. The ticket
 service commits but its answer is lost, so the write is UNKNOWN; one reconciler pass
 finds the ticket by its idempotency key, and a repeat returns that same ticket without
 calling the service. Then four confirmations are refused, each with its own code. The
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,9 +28,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from examples.recovery.app import RecoveryApp, build_app
+from examples.recovery.app import MAX_RESULT_CHARS, RecoveryApp, build_app
+from examples.recovery.service import DEFAULT_LOG_LINES
 from examples.recovery.tools import PLAN_TTL_SECONDS, RECONCILE_POLICY, TIMEOUT_CODE
 from handrail import (
+    AccessRefusedError,
     AuditEvent,
     AuditSink,
     BatchingAuditSink,
@@ -43,7 +49,9 @@ from handrail import (
     Writes,
     open_store,
 )
+from handrail.raw import RAW_READ_PERMISSION
 from handrail.reconcile import PassReport
+from handrail.shaping.budget import json_size
 from handrail.testing import FixedClock, ModelTurn, ScriptedModel, ScriptStep
 
 __all__ = ["Check", "RecoveryReport", "run_demo", "run_recovery_demo"]
@@ -54,8 +62,23 @@ NURSE = Principal(
     permissions=frozenset({"assets.read", "tickets.create"}),
     request_id="demo-recovery",
 )
+OPERATOR = Principal(
+    user_id="ops-demo",
+    tenant_id=NURSE.tenant_id,
+    permissions=frozenset({RAW_READ_PERMISSION}),
+    request_id="demo-recovery",
+)
+"""A person of the nurse's organisation who reads raw records, as `handrail raw show` does."""
+OUTSIDER = Principal(
+    user_id="ops-demo",
+    tenant_id="hospital-b",
+    permissions=frozenset({RAW_READ_PERMISSION}),
+    request_id="demo-recovery",
+)
+"""The same reader name and permission, in another organisation."""
 ASSET = "asset-lis-result"
 STATUS_TOOL = "recovery.get_collect_status"
+LOG_TOOL = "recovery.read_collector_log"
 TICKET_TOOL = "recovery.create_recovery_ticket"
 PAST_GRACE = RECONCILE_POLICY.not_found_grace + 10.0
 """How far the demo moves the clock before reconciling: past the check and grace times."""
@@ -86,6 +109,8 @@ class RecoveryReport:
     service_calls: int
     """How often Handrail called the service's create."""
     audit_events: int
+    log_ref: str | None = None
+    """The ref of the collector log's raw record, kept for people."""
 
     @property
     def unexpected(self) -> tuple[Check, ...]:
@@ -140,6 +165,8 @@ class _Host:
     console: Console
     checks: _Checks
     audit: AuditSink
+    store_name: str
+    """The Handrail store as a person passes it to the CLI (a URL's password hidden)."""
 
 
 def run_demo(*, console: Console, audit_db: Path) -> RecoveryReport:
@@ -190,6 +217,7 @@ def run_recovery_demo(
     app = build_app(service_db=service_db, audit=sink, clock=clock)
     checks = _Checks(console)
     ticket_no: str | None = None
+    log_ref: str | None = None
     try:
         app.service.reset()
         writes = app.writes(store, keyring, audit=sink, worker_id="demo-host")
@@ -201,10 +229,11 @@ def run_recovery_demo(
             console=console,
             checks=checks,
             audit=sink,
+            store_name=_shown(store_url_or_path),
         )
         _header(console, store_url_or_path, service_db)
         try:
-            ticket_no = asyncio.run(_play(host))
+            ticket_no, log_ref = asyncio.run(_play(host))
         except _OffScriptError as stopped:
             console.print(Text(f"The scenario stopped after: {stopped}", style="bold red"))
         tickets = app.service.count()
@@ -219,6 +248,7 @@ def run_recovery_demo(
         tickets=tickets,
         service_calls=service_calls,
         audit_events=sink.count,
+        log_ref=log_ref,
     )
     _summary(console, report, store_url_or_path, service_db)
     return report
@@ -234,8 +264,8 @@ def _header(console: Console, store: str | Path, service_db: Path) -> None:
             style="bold yellow",
         ),
     )
-    console.print(Text(f"Handrail store (plans, executions, audit): {_shown(store)}"))
-    console.print(Text(f"ticket service's own database:            {service_db} (recreated)"))
+    console.print(Text(f"Handrail store (plans, executions, raw results, audit): {_shown(store)}"))
+    console.print(Text(f"ticket service's own database: {service_db} (recreated)"))
     console.print(
         Text(
             f"principal {NURSE.user_id}@{NURSE.tenant_id}, permissions: "
@@ -245,16 +275,16 @@ def _header(console: Console, store: str | Path, service_db: Path) -> None:
     )
 
 
-async def _play(host: _Host) -> str:
-    """The main conversation, then the refusals; returns the ticket number."""
+async def _play(host: _Host) -> tuple[str, str | None]:
+    """The main conversation, then the refusals; the ticket number and the log's raw ref."""
     model = ScriptedModel(_conversation())
-    plan_id, token = await _read_and_propose(host, model)
+    plan_id, token, log_ref = await _read_and_propose(host, model)
     ticket_no, key = await _execute_and_lose(host, model, plan_id)
     await _reconcile(host, key, ticket_no)
     await _replay(host, model, plan_id, ticket_no, key)
     await _refusals(host, plan_id, token)
     host.checks.expect("tickets in the service after everything", "1", str(_count(host)))
-    return ticket_no
+    return ticket_no, log_ref
 
 
 # --- the conversation ---------------------------------------------------------------------
@@ -272,11 +302,20 @@ def _ticket_arguments(priority: str) -> dict[str, object]:
     }
 
 
-def _propose_if_timeout(previous: Sequence[Envelope]) -> ModelTurn:
-    """A scripted decision: a ticket only if the status read says CONNECT_TIMEOUT."""
+def _read_log_if_timeout(previous: Sequence[Envelope]) -> ModelTurn:
+    """A scripted decision: the log is read only if the status read says CONNECT_TIMEOUT."""
     status = previous[0].data if previous else None
     if not isinstance(status, dict) or status.get("reasonCode") != TIMEOUT_CODE:
         return ModelTurn(text="The failure is not a connection timeout; I will not file a ticket.")
+    return ModelTurn(calls=(_call("rc-log", LOG_TOOL, {"asset_id": ASSET}),))
+
+
+def _propose_if_log_shows_timeout(previous: Sequence[Envelope]) -> ModelTurn:
+    """A scripted decision: a ticket only if the log's failure lines show the timeout."""
+    log = previous[0].data if previous else None
+    failures = log.get("failures") if isinstance(log, dict) else None
+    if not isinstance(failures, list) or not any(TIMEOUT_CODE in str(f) for f in failures):
+        return ModelTurn(text="The log shows no connection timeout; I will not file a ticket.")
     return ModelTurn(calls=(_call("rc-2", TICKET_TOOL, _ticket_arguments("HIGH")),))
 
 
@@ -307,7 +346,8 @@ def _answer_from_ticket(previous: Sequence[Envelope]) -> ModelTurn:
 def _conversation() -> tuple[ScriptStep, ...]:
     return (
         ModelTurn(calls=(_call("rc-1", STATUS_TOOL, {"asset_id": ASSET}),)),
-        _propose_if_timeout,
+        _read_log_if_timeout,
+        _propose_if_log_shows_timeout,
         _wait_if_unknown,
         _answer_from_ticket,
     )
@@ -316,7 +356,8 @@ def _conversation() -> tuple[ScriptStep, ...]:
 # --- the steps ------------------------------------------------------------------------------
 
 
-async def _read_and_propose(host: _Host, model: ScriptedModel) -> tuple[str, str]:
+async def _read_and_propose(host: _Host, model: ScriptedModel) -> tuple[str, str, str | None]:
+    """Steps 1 to 4: the plan id, its token and the ref of the collector log's raw record."""
     console, checks = host.console, host.checks
     _step(console, "1. The scripted model reads why the asset stopped collecting")
     _, read = await _model_turn(host, model, ())
@@ -328,13 +369,15 @@ async def _read_and_propose(host: _Host, model: ScriptedModel) -> tuple[str, str
         fatal=True,
     )
 
-    _step(console, "2. The scripted model proposes a recovery ticket: the gate makes a plan")
-    _, proposed = await _model_turn(host, model, read)
+    log, log_ref = await _read_log(host, model, read)
+
+    _step(console, "3. The scripted model proposes a recovery ticket: the gate makes a plan")
+    _, proposed = await _model_turn(host, model, log)
     checks.expect("proposal", "NEEDS_CONFIRMATION", _outcome(proposed[0]), fatal=True)
     plan_id = str(proposed[0].data["plan_id"]) if isinstance(proposed[0].data, dict) else ""
     await _show_plan(host, plan_id)
 
-    _step(console, "3. The host issues a one-time token; the user confirms in the application")
+    _step(console, "4. The host issues a one-time token; the user confirms in the application")
     issued = await host.writes.issue_token(plan_id, NURSE)
     console.print(
         Text(
@@ -345,12 +388,89 @@ async def _read_and_propose(host: _Host, model: ScriptedModel) -> tuple[str, str
     )
     confirmed = await _attempt(host.writes.confirm(plan_id, issued.value, NURSE))
     checks.expect("confirmation", "CONFIRMED", confirmed, fatal=True)
-    return plan_id, issued.value
+    return plan_id, issued.value, log_ref
+
+
+async def _read_log(
+    host: _Host, model: ScriptedModel, read: Sequence[Envelope]
+) -> tuple[list[Envelope], str | None]:
+    """Step 2: the log as the model sees it, and as it is kept for people."""
+    console, checks = host.console, host.checks
+    _step(
+        console,
+        f"2. The scripted model reads the collector's log: what it sees of "
+        f"{DEFAULT_LOG_LINES:,} lines",
+    )
+    _, logs = await _model_turn(host, model, read, show=_print_log_view)
+    envelope = logs[0] if logs else None
+    data = envelope.data if envelope is not None and isinstance(envelope.data, dict) else {}
+    failures = [str(line) for line in data.get("failures") or ()]
+    checks.expect(
+        "collector log read",
+        "truncated, ConnectionError, exit 3",
+        f"{_outcome(envelope) if envelope else 'no call'}, "
+        f"{', '.join(_exceptions(failures)) or 'no exception'}, exit {data.get('exit_code')}",
+        fatal=True,
+    )
+    assert envelope is not None  # the fatal check above stops the scenario without one
+    size = json_size(envelope.data)
+    checks.expect(
+        "the model's view of the log",
+        f"within {MAX_RESULT_CHARS} chars",
+        f"within {MAX_RESULT_CHARS} chars" if size <= MAX_RESULT_CHARS else f"{size} chars",
+    )
+    checks.expect(
+        "redacted in the model's view",
+        "credential, email, ip_address",
+        ", ".join(sorted(envelope.redacted)) or "nothing",
+    )
+    setup = host.app.logs.setup
+    seen = envelope.to_json()
+    leaked = [
+        name
+        for name, value in (
+            ("password", setup.source_password),
+            ("e-mail", setup.on_call),
+            ("internal IP", setup.source_host),
+        )
+        if value in seen
+    ]
+    checks.expect(
+        "password, e-mail, internal IP the model saw", "none", ", ".join(leaked) or "none"
+    )
+    await _show_raw_log(host, envelope.ref)
+    return logs, envelope.ref
+
+
+async def _show_raw_log(host: _Host, ref: str | None) -> None:
+    """The log's raw record: whole for a reader of the tenant, absent for anyone else."""
+    console, checks = host.console, host.checks
+    expected = f"complete, {host.app.logs.size(NURSE.tenant_id, ASSET)} bytes"
+    if ref is None:
+        checks.expect("raw log kept for people", expected, "no ref")
+        return
+    raw = host.app.raw_results(host.writes.store, audit=host.audit)
+    record = await raw.aread(ref, OPERATOR)
+    kept = f"{'complete' if record.complete else 'incomplete'}, {len(record.body)} bytes"
+    checks.expect("raw log kept for people", expected, kept)
+    try:
+        await raw.aread(ref, OUTSIDER)
+    except AccessRefusedError as exc:
+        refused = exc.code.value
+    else:
+        refused = "read"
+    checks.expect("raw log read from another tenant", "NOT_FOUND", refused)
+    console.print(
+        Text(
+            f"  a person reads the whole log (audited) with: {_raw_command(host, ref)} "
+            "(add -o FILE to save it)",
+        ),
+    )
 
 
 async def _execute_and_lose(host: _Host, model: ScriptedModel, plan_id: str) -> tuple[str, str]:
     console, checks, service = host.console, host.checks, host.app.service
-    _step(console, "4. Execute: the service commits, then its response is lost")
+    _step(console, "5. Execute: the service commits, then its response is lost")
     host.app.link.arm()
     outcome = await host.writes.execute_plan(plan_id, NURSE, call_id="rc-2")
     record = outcome.record
@@ -377,7 +497,7 @@ async def _execute_and_lose(host: _Host, model: ScriptedModel, plan_id: str) -> 
 
 async def _reconcile(host: _Host, key: str, ticket_no: str) -> None:
     console = host.console
-    _step(console, "5. One reconciler pass asks the ticket service about the key")
+    _step(console, "6. One reconciler pass asks the ticket service about the key")
     host.clock.advance(PAST_GRACE)
     console.print(
         Text(f"  (the clock moves {PAST_GRACE:.0f} s on, past the first check and the grace)"),
@@ -400,7 +520,7 @@ async def _replay(
     host: _Host, model: ScriptedModel, plan_id: str, ticket_no: str, key: str
 ) -> None:
     console, checks, service = host.console, host.checks, host.app.service
-    _step(console, "6. Executing the plan again returns the same ticket, without the service")
+    _step(console, "7. Executing the plan again returns the same ticket, without the service")
     calls = service.create_calls
     again = await host.writes.execute_plan(plan_id, NURSE, call_id="rc-2")
     _print_envelope(console, again.envelope, source="execute_plan")
@@ -436,7 +556,7 @@ async def _refusals(host: _Host, first_plan: str, first_token: str) -> None:
             ModelTurn(calls=(_call("rc-4", TICKET_TOOL, _ticket_arguments("HIGH")),)),
         ),
     )
-    _step(console, "7. Refused: a tampered token")
+    _step(console, "8. Refused: a tampered token")
     second = await _propose(host, model)
     token = await writes.issue_token(second, NURSE)
     tampered = _extend_expiry(token.value)
@@ -447,7 +567,7 @@ async def _refusals(host: _Host, first_plan: str, first_token: str) -> None:
         await _attempt(writes.confirm(second, tampered, NURSE)),
     )
 
-    _step(console, "8. Refused: a replayed token")
+    _step(console, "9. Refused: a replayed token")
     console.print(Text(f"  the token already used for plan {first_plan} is sent again"))
     checks.expect(
         "replayed token",
@@ -455,7 +575,7 @@ async def _refusals(host: _Host, first_plan: str, first_token: str) -> None:
         await _attempt(writes.confirm(first_plan, first_token, NURSE)),
     )
 
-    _step(console, "9. Refused: an expired plan")
+    _step(console, "10. Refused: an expired plan")
     host.clock.advance(PLAN_TTL_SECONDS + 1)
     console.print(
         Text(f"  the clock moves {PLAN_TTL_SECONDS + 1:.0f} s on, past the plan's expiry"),
@@ -466,7 +586,7 @@ async def _refusals(host: _Host, first_plan: str, first_token: str) -> None:
         await _attempt(writes.confirm(second, token.value, NURSE)),
     )
 
-    _step(console, "10. Refused: the plan was edited after its token was issued")
+    _step(console, "11. Refused: the plan was edited after its token was issued")
     third = await _propose(host, model)
     old_token = await writes.issue_token(third, NURSE)
     edited = json.dumps(_ticket_arguments("MEDIUM"))
@@ -488,9 +608,16 @@ async def _refusals(host: _Host, first_plan: str, first_token: str) -> None:
 
 
 async def _model_turn(
-    host: _Host, model: ScriptedModel, previous: Sequence[Envelope]
+    host: _Host,
+    model: ScriptedModel,
+    previous: Sequence[Envelope],
+    *,
+    show: Callable[[Console, Envelope], None] | None = None,
 ) -> tuple[ModelTurn, list[Envelope]]:
-    """Play one scripted turn: print its text or calls, run the calls through the gate."""
+    """Play one scripted turn: print its text or calls, run the calls through the gate.
+
+    Each envelope is printed by `show`, by default whole.
+    """
     turn = model.next_turn(previous)
     if turn.text:
         host.console.print(Text(f"  scripted model says: {turn.text}", style="cyan"))
@@ -505,7 +632,7 @@ async def _model_turn(
         )
     envelopes = await host.gate.handle_batch(turn.calls, NURSE)
     for envelope in envelopes:
-        _print_envelope(host.console, envelope)
+        (show or _print_envelope)(host.console, envelope)
     return turn, envelopes
 
 
@@ -579,7 +706,9 @@ def _step(console: Console, title: str) -> None:
     console.rule(Text(title, style="bold"), align="left")
 
 
-def _print_envelope(console: Console, envelope: Envelope, *, source: str = "gate") -> None:
+def _print_envelope(
+    console: Console, envelope: Envelope, *, source: str = "gate", data: bool = True
+) -> None:
     if envelope.error_type is None:
         head = Text.assemble((f"  {source} → ", "green"), (envelope.status.value, "bold green"))
     else:
@@ -589,8 +718,57 @@ def _print_envelope(console: Console, envelope: Envelope, *, source: str = "gate
         )
     console.print(head)
     console.print(Text(f"    summary: {envelope.summary}"))
-    if envelope.data is not None:
+    if data and envelope.data is not None:
         console.print(Text(f"    data: {json.dumps(envelope.data, ensure_ascii=False)}"))
+
+
+_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)):")
+_SHOWN_EXCERPT = re.compile(r"\[REDACTED|^\[\.\.\. |^L\d+: ")
+_EXCERPT_LINES = 6
+_LAST_LINES = 2
+
+
+def _exceptions(failures: Sequence[str]) -> list[str]:
+    """The exception types named in failure lines, each once, in order."""
+    found = (match[1] for line in failures for match in _EXCEPTION.finditer(line))
+    return list(dict.fromkeys(found))
+
+
+def _print_log_view(console: Console, envelope: Envelope) -> None:
+    """What the model sees of a log: counts, failure lines, redactions, and a few lines."""
+    data = envelope.data
+    if envelope.error_type is not None or not isinstance(data, dict):
+        _print_envelope(console, envelope)
+        return
+    _print_envelope(console, envelope, data=False)
+    cut = next((o for o in envelope.omitted if o.path == "$.text"), None)
+    shown = f"{cut.kept:,} of {cut.total:,}" if cut else f"all {data.get('lines', 0):,}"
+    console.print(
+        Text(
+            f"    lines shown: {shown} ({data.get('chars', 0):,} chars in the log); "
+            f"the model's data: {json_size(data):,} chars of JSON (budget {MAX_RESULT_CHARS:,})",
+        ),
+    )
+    console.print(Text("    failure lines (found anywhere in the log):"))
+    for line in data.get("failures") or ():
+        console.print(Text(f"      {line}", style="yellow"))
+    console.print(Text(f"    exit code: {data.get('exit_code')}"))
+    redacted = ", ".join(f"{n} {kind}" for kind, n in sorted(envelope.redacted.items()))
+    console.print(Text(f"    redacted, by kind: {redacted or 'nothing'}"))
+    console.print(Text("    some lines of the excerpt, as the model reads them:"))
+    lines = str(data.get("text", "")).splitlines()
+    # Where the redactions, the cuts and the failures are, and how the excerpt ends.
+    picked = [line for line in lines[:-_LAST_LINES] if _SHOWN_EXCERPT.search(line)]
+    for line in [*picked[:_EXCERPT_LINES], *lines[-_LAST_LINES:]]:
+        console.print(Text(f"      {line}", style="dim"))
+    console.print(Text(f"    ref: {envelope.ref} (the whole log, for people only)"))
+
+
+def _raw_command(host: _Host, ref: str) -> str:
+    return (
+        f"handrail raw show {ref} --store {host.store_name} --tenant {NURSE.tenant_id} "
+        f"--operator <your name>"
+    )
 
 
 def _pass_table(report: PassReport) -> Table:
@@ -629,6 +807,14 @@ def _summary(console: Console, report: RecoveryReport, store: str | Path, servic
                 f"See them with `handrail audit tail --db {store}`; reconcile that store with "
                 f"`RECOVERY_SERVICE_DB={service_db} handrail "
                 f"reconcile --app examples.recovery.app:build_app --store {store}`.",
+            ),
+        )
+    if report.log_ref is not None:
+        console.print(
+            Text(
+                f"Read the collector log kept for people with `handrail raw show "
+                f"{report.log_ref} --store {_shown(store)} --tenant {NURSE.tenant_id} "
+                f"--operator <your name>`.",
             ),
         )
     if report.unexpected:

@@ -6,7 +6,9 @@ constraint settles (never check-then-insert), so a repeated or concurrent reques
 the same key gets the ticket the first one created. `find(key)` answers reconciliation.
 `ResponseLoss` plays the network between Handrail and the service: armed, it loses the
 service's answer after the service committed. The collection monitor says why an asset
-stopped collecting: error codes, times and evidence ids only, scoped by tenant.
+stopped collecting: error codes, times and evidence ids only, scoped by tenant. The
+collectors' logs are large text with everything a real log leaks (a password, an
+internal address, an e-mail), generated line by line as they are read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,8 +28,12 @@ from sqlalchemy.dialects import sqlite
 from handrail import Clock, SystemClock
 
 __all__ = [
+    "DEFAULT_LOG_LINES",
+    "DEMO_SETUP",
     "CollectStatus",
     "CollectionMonitor",
+    "CollectorLogs",
+    "CollectorSetup",
     "IdempotencyKeyReusedError",
     "Priority",
     "ResponseLoss",
@@ -351,3 +358,147 @@ class CollectionMonitor:
         """The collector reports a new status for one of the tenant's assets."""
         with self._lock:
             self._statuses[tenant_id, status.asset_id] = status
+
+
+# --- the collectors' logs --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectorSetup:
+    """How the collectors reach their source system, and whom they page.
+
+    A collector prints all of it when it starts, its source's password included: the
+    kind of leak real logs hold, and the reason the model only ever sees a redacted view.
+    """
+
+    source_host: str
+    source_password: str
+    on_call: str
+
+    @property
+    def source_url(self) -> str:
+        """The source's connection string, password and all."""
+        return f"postgresql://svc:{self.source_password}@{self.source_host}/lis"
+
+
+DEMO_SETUP = CollectorSetup(
+    source_host="10.1.2.3",
+    source_password="Lis-Svc-7rQ2-kept",  # noqa: S106 - a made-up password the demo hides
+    on_call="lis-oncall@hospital-a.example",
+)
+"""The collectors' setup in the demo: an internal address, a password and an e-mail."""
+
+DEFAULT_LOG_LINES = 200_000
+"""Lines of one collector log: about 14 MB, far more than any model should read."""
+
+_MIN_LOG_LINES = 40
+_TICK_MS = 50
+"""One log line every 50 ms."""
+_EXIT_CODE = 3
+_CRASHES: Mapping[str, str] = {
+    "CONNECT_TIMEOUT": "ConnectionError",
+    "AUTH_REJECTED": "PermissionError",
+}
+"""The exception a collector dies of, by the failure's reason code."""
+
+
+class CollectorLogs:
+    """Each asset's collector log, as the collection system keeps it; scoped by tenant.
+
+    Synthetic and deterministic: a log is generated line by line while it is read, and
+    never held whole. It tells the story of the recorded failure: the collector starts
+    (and prints its setup), polls fine for a while, then fails with the status's reason
+    code over and over; at the status's time it gives up with a traceback and an exit
+    code, is restarted, and goes on failing to the end of the log.
+    """
+
+    def __init__(
+        self,
+        monitor: CollectionMonitor,
+        *,
+        setup: CollectorSetup = DEMO_SETUP,
+        lines: int = DEFAULT_LOG_LINES,
+    ) -> None:
+        if lines < _MIN_LOG_LINES:
+            raise ValueError(f"a collector log has at least {_MIN_LOG_LINES} lines")
+        self._monitor = monitor
+        self._setup = setup
+        self._lines = lines
+
+    @property
+    def setup(self) -> CollectorSetup:
+        """What the collectors print about themselves."""
+        return self._setup
+
+    def lines(self, tenant_id: str, asset_id: str) -> Iterator[str] | None:
+        """The log of one of `tenant_id`'s assets, one line at a time (None: no such asset)."""
+        status = self._monitor.status(tenant_id, asset_id)
+        if status is None:
+            return None
+        return _collector_log(status, self._setup, self._lines)
+
+    def size(self, tenant_id: str, asset_id: str) -> int | None:
+        """The log's size in bytes (UTF-8), counted by generating it once more."""
+        lines = self.lines(tenant_id, asset_id)
+        return None if lines is None else sum(len(line.encode()) for line in lines)
+
+
+def _collector_log(status: CollectStatus, setup: CollectorSetup, total: int) -> Iterator[str]:
+    """The lines of one log: healthy, then failing, the crash at `status.occurred_at`."""
+    crash_at = datetime.fromisoformat(status.occurred_at)
+    crash_line = total * 3 // 4
+    failing_from = total // 4
+    start = crash_at - timedelta(milliseconds=crash_line * _TICK_MS)
+    stamps = _Stamps(start)
+    code = status.reason_code
+    crash = _CRASHES.get(code, "RuntimeError")
+    startup = (
+        f"INFO  collector 4.2.1 starting for {status.asset_id}",
+        f"INFO  on-call: {setup.on_call}",
+        f"INFO  source: {setup.source_url}",
+    )
+    crashed = (
+        "Traceback (most recent call last):",
+        '  File "/opt/collector/lis/poll.py", line 212, in run',
+        "    rows = self.source.fetch(since=self.cursor, timeout=30)",
+        '  File "/opt/collector/lis/source.py", line 88, in fetch',
+        "    raise self.error(code, host)",
+        f"{crash}: {code} on {setup.source_host}:5432",
+        f"INFO  supervisor: collector for {status.asset_id} exited with exit code {_EXIT_CODE}",
+        "INFO  supervisor: collector restarted",
+    )
+    restarted = crash_line + 1 + len(crashed)
+    attempts = 0
+    for number in range(total):
+        if number < len(startup):
+            line = startup[number]
+        elif number == crash_line:
+            line = f"ERROR lis-poller: giving up after {attempts} attempts"
+        elif crash_line < number < restarted:
+            line = crashed[number - crash_line - 1]
+        elif number < failing_from:
+            line = f"INFO  lis-poller: poll {number} fetched {number % 37} results"
+        else:
+            # The restarted collector counts its attempts from one again.
+            attempts = 1 if number == restarted else attempts + 1
+            line = f"WARN  lis-poller: {code} from the source (attempt {attempts}); retrying in 2 s"
+        yield f"{stamps.at(number * _TICK_MS)} {line}\n"
+
+
+class _Stamps:
+    """Timestamps of log lines (milliseconds after a start), formatted once per second."""
+
+    def __init__(self, start: datetime) -> None:
+        start = start.astimezone(UTC)
+        self._whole = start.replace(microsecond=0)
+        self._millis = start.microsecond // 1000
+        self._second = -1
+        self._prefix = ""
+
+    def at(self, offset_ms: int) -> str:
+        second, millis = divmod(self._millis + offset_ms, 1000)
+        if second != self._second:
+            self._second = second
+            moment = self._whole + timedelta(seconds=second)
+            self._prefix = moment.strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._prefix}.{millis:03d}Z"

@@ -1,6 +1,10 @@
 """The recovery example's tools, in the `recovery` namespace, bound to their systems.
 
-`get_collect_status` reads why an asset stopped collecting (L1). `create_recovery_ticket`
+`get_collect_status` reads why an asset stopped collecting (L1). `read_collector_log`
+reads the asset's collector log (L1), a text far larger than any model should read:
+it is returned as a TextStream, so the model sees a bounded, redacted excerpt (first
+and last lines, the failure lines in between, the exit code) and people the whole log
+behind the envelope's ref. `create_recovery_ticket`
 asks the ticket service for a re-collection ticket (L2, external write): it becomes a
 plan the user confirms, runs once under the plan's idempotency key, which it passes to
 the service, and is reconciled by that key when its response is lost. Its business rule
@@ -15,6 +19,7 @@ from pydantic import Field
 
 from examples.recovery.service import (
     CollectionMonitor,
+    CollectorLogs,
     IdempotencyKeyReusedError,
     Priority,
     ResponseLoss,
@@ -36,6 +41,8 @@ from handrail import (
     ReconcilePolicy,
     RiskLevel,
     SideEffect,
+    StreamKind,
+    TextStream,
     Tool,
     ToolContext,
     ToolFailed,
@@ -75,8 +82,9 @@ def build_tools(
     service: TicketService,
     monitor: CollectionMonitor,
     link: ResponseLoss,
+    logs: CollectorLogs,
 ) -> tuple[Tool, ...]:
-    """The recovery tools, bound to one ticket service, monitor and network link."""
+    """The recovery tools, bound to one ticket service, monitor, network link and logs."""
 
     def still_a_connect_timeout(arguments: Any, ctx: ToolContext) -> None:  # noqa: ANN401
         """Stage 3: the collection system, not the model, says the failure is a timeout."""
@@ -130,6 +138,19 @@ def build_tools(
             raise NotFound(_MISSING_ASSET)
         return found.to_json()
 
+    @tool(risk=RiskLevel.L1_INTERNAL_READ, namespace="recovery", permissions={"assets.read"})
+    def read_collector_log(asset_id: AssetId, tenant_id: TenantId) -> TextStream:
+        """The log of the asset's data collector, to see how and when collection failed.
+
+        Logs are long: you get the first and last lines, the failure lines from the
+        part in between (exceptions, exit codes) and how many lines there are in all.
+        Sensitive values in it are redacted.
+        """
+        lines = logs.lines(tenant_id, asset_id)
+        if lines is None:
+            raise NotFound(_MISSING_ASSET)
+        return TextStream(lines, kind=StreamKind.LOG, media_type="text/plain; charset=utf-8")
+
     @tool(
         risk=RiskLevel.L2_REVERSIBLE_WRITE,
         namespace="recovery",
@@ -179,4 +200,4 @@ def build_tools(
             ) from None
         return ticket.view()
 
-    return (get_collect_status, create_recovery_ticket)
+    return (get_collect_status, read_collector_log, create_recovery_ticket)

@@ -16,9 +16,19 @@ from handrail.calls import ToolCall
 from handrail.clock import Clock, SystemClock
 from handrail.confirmation import ConfirmationToken, Keyring, SigningKey
 from handrail.context import ToolContext
+from handrail.credentials import (
+    EnvSecretProvider,
+    ScrubbingFilter,
+    SecretAccessError,
+    SecretLedger,
+    SecretProvider,
+    Secrets,
+    StaticSecretProvider,
+)
 from handrail.definition import Tool, tool
-from handrail.envelope import Envelope, ErrorDetail, Status
+from handrail.envelope import Envelope, ErrorDetail, Omission, Status, Trust
 from handrail.errors import (
+    AccessRefusedError,
     Conflict,
     ErrorCode,
     HandrailError,
@@ -41,9 +51,19 @@ from handrail.plans import Amount, Impact, Plan, PlanRecord, PlanState
 from handrail.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
 from handrail.principal import Principal
 from handrail.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
+from handrail.raw import RawRecord, RawResults
 from handrail.reconcile import Found, NoProof, NotExecuted, Reconciler
 from handrail.registry import Registry
 from handrail.routing import Intent, Route, Router
+from handrail.shaping.budget import Budget, HeuristicTokens, TokenEstimator
+from handrail.shaping.continuation import continuation_tool
+from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
+from handrail.shaping.pages import Cursors
+from handrail.shaping.policy import Overflow, RawKeeping, ResultPolicy
+from handrail.shaping.project import Projection
+from handrail.shaping.redact import IpMode, Kind, RedactionAction, RedactionPolicy, Redactor
+from handrail.shaping.shaper import Shaper
+from handrail.shaping.stream import StreamKind, TextStream
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -63,6 +83,8 @@ from handrail.validation import ArgumentLimits
 from handrail.writes import Writes
 
 __all__ = [
+    "MODEL_INSTRUCTIONS",
+    "AccessRefusedError",
     "AllowAll",
     "Amount",
     "ArgumentLimits",
@@ -70,13 +92,17 @@ __all__ = [
     "AuditSink",
     "AuditSubject",
     "BatchingAuditSink",
+    "Budget",
     "Clock",
     "ConfirmationMode",
     "ConfirmationPolicy",
     "ConfirmationToken",
     "Conflict",
     "ConversationGuard",
+    "Cursors",
+    "DataMarker",
     "Decision",
+    "EnvSecretProvider",
     "Envelope",
     "ErrorCode",
     "ErrorDetail",
@@ -88,12 +114,15 @@ __all__ = [
     "FromPrincipal",
     "Gate",
     "HandrailError",
+    "HeuristicTokens",
     "IdempotencyMode",
     "IdempotencyPolicy",
     "IdempotencyScope",
     "Impact",
     "Intent",
+    "IpMode",
     "Keyring",
+    "Kind",
     "Limiter",
     "MemoryAuditSink",
     "MemoryGuardState",
@@ -102,7 +131,9 @@ __all__ = [
     "NoProof",
     "NotExecuted",
     "NotFound",
+    "Omission",
     "Outcome",
+    "Overflow",
     "Plan",
     "PlanRecord",
     "PlanState",
@@ -110,28 +141,46 @@ __all__ = [
     "PolicyEngine",
     "PostgresStore",
     "Principal",
+    "Projection",
     "Quota",
     "QuotaPolicy",
     "Rate",
     "RateLimited",
     "RateLimiter",
+    "RawKeeping",
+    "RawRecord",
+    "RawResults",
     "ReconcilePolicy",
     "Reconciler",
+    "RedactionAction",
+    "RedactionPolicy",
+    "Redactor",
     "RegistrationError",
     "Registry",
     "Resolved",
+    "ResultPolicy",
     "RetryPolicy",
     "RiskLevel",
     "Route",
     "Router",
     "Rule",
+    "ScrubbingFilter",
+    "SecretAccessError",
+    "SecretLedger",
+    "SecretProvider",
+    "Secrets",
+    "Shaper",
     "SideEffect",
     "SigningKey",
     "SqliteStore",
+    "StaticSecretProvider",
     "Status",
     "Store",
+    "StreamKind",
     "SystemClock",
     "TenantQuota",
+    "TextStream",
+    "TokenEstimator",
     "Tool",
     "ToolCall",
     "ToolContext",
@@ -140,10 +189,12 @@ __all__ = [
     "ToolRetryable",
     "ToolSignal",
     "ToolSpec",
+    "Trust",
     "VersionConflict",
     "WriteOutcome",
     "WriteRefusedError",
     "Writes",
+    "continuation_tool",
     "open_store",
     "tool",
 ]

@@ -15,7 +15,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -160,7 +160,7 @@ class Auditor:
     The id source and clock are injected so that tests can replay a trail exactly.
     """
 
-    __slots__ = ("_clock", "_new_id", "_sink")
+    __slots__ = ("_clock", "_new_id", "_scrub", "_sink")
 
     def __init__(
         self,
@@ -168,10 +168,14 @@ class Auditor:
         clock: Clock,
         *,
         new_id: Callable[[], str] | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self._sink = sink
         self._clock = clock
         self._new_id = new_id or unique_ids()
+        # Applied to every detail and argument summary before it leaves: secret values
+        # and personal data never reach the audit trail.
+        self._scrub = scrub
 
     @property
     def enabled(self) -> bool:
@@ -204,8 +208,12 @@ class Auditor:
         )
 
     def emit(self, events: Sequence[AuditEvent]) -> None:
-        """Send events to the sink, if there is one."""
+        """Send events to the sink, if there is one, scrubbed if a scrubber is set."""
         if self._sink is not None and events:
+            if self._scrub is not None:
+                # The events of one call share their subject: scrub each text once.
+                scrub = functools.lru_cache(maxsize=64)(self._scrub)
+                events = [_scrubbed(event, scrub) for event in events]
             self._sink.emit(events)
 
     def note(
@@ -238,6 +246,17 @@ class Auditor:
                 ),
             ],
         )
+
+
+def _scrubbed(event: AuditEvent, scrub: Callable[[str], str]) -> AuditEvent:
+    subject = event.subject
+    summary = subject.args_summary
+    if summary is not None and (clean := scrub(summary)) != summary:
+        subject = replace(subject, args_summary=clean)
+    detail = None if event.detail is None else scrub(event.detail)
+    if detail == event.detail and subject is event.subject:
+        return event
+    return replace(event, detail=detail, subject=subject)
 
 
 class MemoryAuditSink:

@@ -23,6 +23,7 @@ from handrail.errors import ErrorCode, Refusal, RegistrationError
 from handrail.plans import Impact
 from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
 from handrail.schema import prepare_raw_schema as _prepare_raw_schema
+from handrail.shaping.policy import ResultPolicy
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -212,6 +213,8 @@ class Tool:
         impact: ImpactHook | None = None,
         reconcile: ReconcileHook | None = None,
         business_id: BusinessIdSource | None = None,
+        results: ResultPolicy | None = None,
+        secrets: Iterable[str] = (),
     ) -> Tool:
         """Declare a tool from a raw Draft 2020-12 schema and `fn(arguments, ctx)`.
 
@@ -241,6 +244,8 @@ class Tool:
             schema_version=schema_version,
             description_version=description_version,
             reconcile_policy=reconcile_policy,
+            results=results,
+            secrets=secrets,
         )
         is_async = inspect.iscoroutinefunction(fn)
 
@@ -309,6 +314,8 @@ def _build_spec(
     schema_version: str | None,
     description_version: str | None,
     reconcile_policy: ReconcilePolicy | None,
+    results: ResultPolicy | None,
+    secrets: Iterable[str],
 ) -> ToolSpec:
     description = inspect.cleandoc(description)
     if side_effect is not SideEffect.NONE and confirmation is None:
@@ -336,6 +343,8 @@ def _build_spec(
         scenarios=frozenset(scenarios),
         hints=hints or ToolHints(read_only=side_effect is SideEffect.NONE),
         trusted=trusted,
+        results=results or ResultPolicy(),
+        secrets=frozenset(secrets),
     )
 
 
@@ -398,6 +407,8 @@ def tool(
     impact: ImpactHook | None = None,
     reconcile: ReconcileHook | None = None,
     business_id: BusinessIdSource | None = None,
+    results: ResultPolicy | None = None,
+    secrets: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function; the signature becomes its schema.
 
@@ -434,6 +445,8 @@ def tool(
             schema_version=schema_version,
             description_version=description_version,
             reconcile_policy=reconcile_policy,
+            results=results,
+            secrets=secrets,
         )
         return Tool(
             spec=spec,

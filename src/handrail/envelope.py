@@ -11,21 +11,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic_core
 
 from handrail.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from handrail.spec import ToolSpec
-
-__all__ = ["ENVELOPE_VERSION", "Envelope", "ErrorDetail", "Status", "jsonable", "result_envelope"]
+__all__ = [
+    "ENVELOPE_VERSION",
+    "Envelope",
+    "ErrorDetail",
+    "Omission",
+    "Status",
+    "Trust",
+    "jsonable",
+]
 
 ENVELOPE_VERSION = "1"
 """Version of the envelope contract itself; bumped only on an incompatible change."""
 
 _NO_FIELD_ERRORS: Mapping[str, str] = MappingProxyType({})
+_NO_REDACTIONS: Mapping[str, int] = MappingProxyType({})
 
 
 class Status(StrEnum):
@@ -38,6 +44,36 @@ class Status(StrEnum):
     """A valid answer that was cut to fit the budget."""
     ERROR = "error"
     """Refused or failed; `error` says why and whether to try again."""
+
+
+class Trust(StrEnum):
+    """How far the content of a result may be believed.
+
+    Every level is data, never instructions; the level is shown to the model in the
+    header of the result's data block.
+    """
+
+    UNTRUSTED = "untrusted"
+    """Content anyone may have written: web pages, e-mail, tickets, files, logs."""
+    INTERNAL = "internal"
+    """Records of the host's own systems; still data, still possibly user-written."""
+    HANDRAIL = "handrail"
+    """Handrail's own words: refusals and plans, with no tool content in them."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Omission:
+    """What was left out at one place of a result, so the model knows the whole size.
+
+    `path` is a JSONPath into `data` ("$" for the whole). `unit` is "items" for a list
+    cut to its first `kept` items, "chars" for a string cut to its first `kept`
+    characters, "lines" for a text excerpt, "fields" for object members left out.
+    """
+
+    path: str
+    unit: str
+    kept: int
+    total: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,11 +109,27 @@ class Envelope:
     ref: str | None = None
     schema_version: str | None = None
     error: ErrorDetail | None = None
+    trust: Trust = Trust.UNTRUSTED
+    source: str | None = None
+    """Where the data came from, as shown to the model; None means the tool itself."""
+    omitted: tuple[Omission, ...] = ()
+    redacted: Mapping[str, int] = field(default_factory=lambda: _NO_REDACTIONS)
+    """How many values of each kind (email, credential, ...) were masked, hashed or dropped."""
 
     def __post_init__(self) -> None:
         if (self.status is Status.ERROR) != (self.error is not None):
             msg = "an envelope has an error exactly when its status is 'error'"
             raise ValueError(msg)
+        if (self.status is Status.TRUNCATED) != self.truncated:
+            msg = "an envelope is truncated exactly when its status is 'truncated'"
+            raise ValueError(msg)
+        if self.redacted is not _NO_REDACTIONS:
+            object.__setattr__(self, "redacted", MappingProxyType(dict(self.redacted)))
+
+    @property
+    def source_label(self) -> str:
+        """The source as shown in the data block header: `tool:<name>` unless set."""
+        return self.source if self.source is not None else f"tool:{self.tool}"
 
     @property
     def ok(self) -> bool:
@@ -126,6 +178,13 @@ class Envelope:
             out["cursor"] = self.cursor
         if self.ref is not None:
             out["ref"] = self.ref
+        if self.omitted:
+            out["omitted"] = [
+                {"path": o.path, "unit": o.unit, "kept": o.kept, "total": o.total}
+                for o in self.omitted
+            ]
+        if self.redacted:
+            out["redacted"] = dict(self.redacted)
         if error is not None:
             if error.retry_after is not None:
                 out["retry_after"] = error.retry_after
@@ -158,42 +217,6 @@ def jsonable(result: object) -> tuple[Any, bytes]:
         msg = "the result contains NaN or an infinite number"
         raise ValueError(msg)
     return data, encoded
-
-
-def result_envelope(call_id: str, spec: ToolSpec, result: object, max_chars: int) -> Envelope:
-    """The envelope of a successful result: ok, empty, or truncated when over `max_chars`.
-
-    Raises ValueError for a result that cannot be JSON (see `jsonable`).
-    """
-    data, encoded = jsonable(result)
-    name = spec.name
-    size = len(encoded)
-    if size > max_chars:
-        return Envelope(
-            call_id=call_id,
-            tool=name,
-            status=Status.TRUNCATED,
-            summary=(
-                f"{name} returned about {size} characters, more than the limit of "
-                f"{max_chars}; the data was withheld. Ask for less."
-            ),
-            truncated=True,
-            schema_version=spec.schema_version,
-        )
-    if data is None or (isinstance(data, list | dict | str) and not data):
-        status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
-    elif isinstance(data, list):
-        status, summary = Status.OK, f"{name} returned {len(data)} item(s)."
-    else:
-        status, summary = Status.OK, f"{name} returned a result."
-    return Envelope(
-        call_id=call_id,
-        tool=name,
-        status=status,
-        summary=summary,
-        data=data,
-        schema_version=spec.schema_version,
-    )
 
 
 def _has_non_finite(data: object, encoded: bytes) -> bool:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
 __all__ = [
+    "AccessRefusedError",
     "ConfigurationError",
     "Conflict",
     "DuplicateToolError",
@@ -131,18 +132,25 @@ class StoreError(HandrailError):
     """Persistence failed; raised from the store boundary with the cause chained."""
 
 
-class WriteRefusedError(HandrailError):
-    """The host asked for a confirmation, approval or execution that is refused.
+class AccessRefusedError(HandrailError):
+    """A person (through the host) asked for something Handrail refuses to give or do.
 
-    `code` is the stable ErrorCode (CONFIRMATION_INVALID, CONFIRMATION_REPLAYED,
-    PLAN_EXPIRED, PLAN_CHANGED, PLAN_CLOSED, PERMISSION_DENIED, NOT_FOUND, ...);
-    the message is safe to show the person who asked.
+    `code` is the stable ErrorCode (PERMISSION_DENIED, NOT_FOUND, ...); the message is
+    safe to show the person who asked.
     """
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class WriteRefusedError(AccessRefusedError):
+    """The host asked for a confirmation, approval or execution that is refused.
+
+    Codes: CONFIRMATION_INVALID, CONFIRMATION_REPLAYED, PLAN_EXPIRED, PLAN_CHANGED,
+    PLAN_CLOSED, PERMISSION_DENIED, NOT_FOUND, ...
+    """
 
 
 class IllegalTransitionError(HandrailError):

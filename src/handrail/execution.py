@@ -20,15 +20,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.errors import IllegalTransitionError
 from handrail.spec import IdempotencyScope
 
+if TYPE_CHECKING:
+    from handrail.definition import Tool
+    from handrail.envelope import Envelope
+    from handrail.errors import ErrorCode
+    from handrail.principal import Principal
+
 __all__ = [
     "ExecutionRecord",
     "ExecutionStatus",
+    "WriteJob",
+    "WriteOutcome",
     "check_transition",
     "command_key",
     "intent_hash",
@@ -169,3 +177,38 @@ class ExecutionRecord:
             msg = f"a {self.status} record is final"
             raise IllegalTransitionError(msg)
         return dataclasses.replace(self, version=self.version + 1, **changes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteJob:
+    """One intended write: the tool, its validated arguments, who, and under which key.
+
+    `arguments` are the model-facing arguments after stage 2 (JSON), `plan_hash` the
+    hash the key is bound to (a plan's, or the intent hash of a command).
+    """
+
+    tool: Tool
+    arguments: Mapping[str, Any]
+    principal: Principal
+    key: str
+    plan_hash: str
+    plan_id: str | None = None
+    expected_version: str | None = None
+    call_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteOutcome:
+    """What became of a write: the envelope for the model and the record for people.
+
+    `replayed` is True when the outcome was read from an earlier execution of the key
+    and the tool was not called.
+    """
+
+    envelope: Envelope
+    record: ExecutionRecord | None
+    replayed: bool = False
+
+    def error_is(self, code: ErrorCode) -> bool:
+        """Whether the envelope is a refusal or failure with this code."""
+        return self.envelope.error_type is code

@@ -18,9 +18,8 @@ import asyncio
 import json
 import random
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -30,7 +29,7 @@ from handrail.clock import Clock
 from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import Tool
-from handrail.envelope import Envelope, ErrorDetail, Status, jsonable, result_envelope
+from handrail.envelope import Envelope, ErrorDetail, Status, jsonable
 from handrail.errors import (
     ConfigurationError,
     ErrorCode,
@@ -39,13 +38,16 @@ from handrail.errors import (
     ToolRetryable,
     ToolSignal,
 )
-from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.execution import ExecutionRecord, ExecutionStatus, WriteJob, WriteOutcome
 from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.retry import Sleep, retrying
-from handrail.spec import SideEffect
+from handrail.spec import SideEffect, ToolSpec
 from handrail.store.base import Store
 from handrail.store.sql import SqlStore, execution_params, execution_row
+
+if TYPE_CHECKING:
+    from handrail.credentials import Secrets
 
 __all__ = ["Executor", "WriteJob", "WriteOutcome", "stored_result"]
 
@@ -54,41 +56,6 @@ T = TypeVar("T")
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.2
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WriteJob:
-    """One intended write: the tool, its validated arguments, who, and under which key.
-
-    `arguments` are the model-facing arguments after stage 2 (JSON), `plan_hash` the
-    hash the key is bound to (a plan's, or the intent hash of a command).
-    """
-
-    tool: Tool
-    arguments: Mapping[str, Any]
-    principal: Principal
-    key: str
-    plan_hash: str
-    plan_id: str | None = None
-    expected_version: str | None = None
-    call_id: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WriteOutcome:
-    """What became of a write: the envelope for the model and the record for people.
-
-    `replayed` is True when the outcome was read from an earlier execution of the key
-    and the tool was not called.
-    """
-
-    envelope: Envelope
-    record: ExecutionRecord | None
-    replayed: bool = False
-
-    def error_is(self, code: ErrorCode) -> bool:
-        """Whether the envelope is a refusal or failure with this code."""
-        return self.envelope.error_type is code
 
 
 class Executor:
@@ -105,16 +72,20 @@ class Executor:
         clock: Clock,
         auditor: Auditor,
         worker_id: str,
-        max_result_chars: int = 64_000,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        secrets: Callable[[Principal, ToolSpec], Secrets | None] | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
+        # `secrets` gives a tool its context's secret access; `scrub` cleans stored
+        # results of the secret values handed out, so records never hold them.
+        self._secrets = secrets
+        self._scrub = scrub
         self._store = store
         self._async = store.async_executions if isinstance(store, SqlStore) else None
         self._clock = clock
         self._auditor = auditor
         self._worker = worker_id
-        self._max_result_chars = max_result_chars
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
 
@@ -316,7 +287,14 @@ class Executor:
             expected_version=job.expected_version,
             transaction=transaction,
             attempt=record.attempts + attempt - 1,
+            secrets=None if self._secrets is None else self._secrets(job.principal, job.tool.spec),
         )
+
+    def _stored(self, result: object) -> tuple[str | None, str | None]:
+        stored, note = stored_result(result)
+        if stored is not None and self._scrub is not None:
+            stored = self._scrub(stored)
+        return stored, note
 
     async def _run(self, job: WriteJob, record: ExecutionRecord, deadline: float) -> WriteOutcome:
         tool = job.tool
@@ -386,7 +364,7 @@ class Executor:
         self, job: WriteJob, record: ExecutionRecord, result: object
     ) -> WriteOutcome:
         tool = job.tool
-        stored, note = stored_result(result)
+        stored, note = self._stored(result)
         succeeded = record.moved(
             ExecutionStatus.SUCCEEDED,
             result=stored,
@@ -556,7 +534,7 @@ class Executor:
             if self._clock.monotonic() >= deadline:
                 # Committing now would report success to no one; roll back instead.
                 raise _LocalRolledBack(DeadlineExceededError())
-            stored, _ = stored_result(result)
+            stored, _ = self._stored(result)
             succeeded = record.moved(
                 ExecutionStatus.SUCCEEDED,
                 result=stored,
@@ -635,12 +613,15 @@ class Executor:
 
     def _from_record(self, job: WriteJob, record: ExecutionRecord) -> Envelope:
         if record.status is ExecutionStatus.SUCCEEDED:
-            try:
-                return result_envelope(
-                    job.call_id, job.tool.spec, record.result_value, self._max_result_chars
-                )
-            except ValueError:  # pragma: no cover - stored results are JSON already
-                pass
+            # The stored result as it is; whoever hands it to a model shapes it first.
+            return Envelope(
+                call_id=job.call_id,
+                tool=job.tool.spec.name,
+                status=Status.OK,
+                summary=f"{job.tool.spec.name} succeeded.",
+                data=record.result_value,
+                schema_version=job.tool.spec.schema_version,
+            )
         if record.status is ExecutionStatus.FAILED_FINAL:
             code = ErrorCode(record.error_code or ErrorCode.FAILED_FINAL.value)
             stored = record.result_value

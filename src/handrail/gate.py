@@ -10,20 +10,19 @@ before lookup (breaker) and after the policy's decision (bypass).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
-import traceback
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
-from handrail.audit import Auditor, AuditSink, AuditSubject, summarize_arguments
+from handrail.audit import Auditor, AuditSink
 from handrail.calls import ToolCall
-from handrail.canonical import canonical_json, sha256_hex
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
+from handrail.credentials import SecretLedger, SecretProvider, Secrets
 from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
-from handrail.envelope import Envelope, ErrorDetail, Status, result_envelope
+from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import (
     ConfigurationError,
     ErrorCode,
@@ -40,7 +39,11 @@ from handrail.principal import Principal
 from handrail.quota import Limiter
 from handrail.registry import Registry
 from handrail.retry import Sleep, retrying
+from handrail.shaping.budget import Budget, json_text
+from handrail.shaping.redact import Redactor
+from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, IdempotencyMode
+from handrail.trail import MAX_NAME_IN_AUDIT, CallTrail, count_denial, describe_exception
 from handrail.validation import (
     ArgumentLimits,
     check_business_rules,
@@ -55,90 +58,7 @@ __all__ = ["Gate"]
 T = TypeVar("T")
 
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
-_MAX_NAME_IN_AUDIT = 128
-_MAX_DETAIL = 8000
 _ASKS = {Outcome.CONFIRM: ConfirmationMode.CONFIRM, Outcome.APPROVE: ConfirmationMode.APPROVE}
-
-
-class _Trail:
-    """Times one call's stages; at the end, emits one event per stage about one subject.
-
-    Recording a stage only notes its outcome and time; the events are built once, when
-    the call is over, so every event of the call shares the same subject.
-    """
-
-    __slots__ = ("_auditor", "_clock", "_mark", "_stages", "_subject")
-
-    def __init__(
-        self,
-        auditor: Auditor,
-        clock: Clock,
-        call: ToolCall,
-        principal: Principal,
-    ) -> None:
-        self._auditor = auditor
-        self._clock = clock
-        self._stages: list[tuple[str, str, str | None, str | None, float, datetime]] = []
-        self._mark = clock.monotonic()
-        self._subject: dict[str, Any] = {
-            "request_id": principal.request_id,
-            "tool_call_id": str(call.id)[:256],
-            "tool": str(call.name)[:_MAX_NAME_IN_AUDIT],
-            "user_id": principal.user_id,
-            "tenant_id": principal.tenant_id,
-        }
-
-    def tool(self, tool: Tool) -> None:
-        self._subject["schema_version"] = tool.spec.schema_version
-
-    def arguments(self, arguments: object) -> None:
-        try:
-            digest = sha256_hex(canonical_json(arguments))
-        except ValueError:
-            digest = None
-        self._subject["args_hash"] = digest
-        self._subject["args_summary"] = summarize_arguments(arguments)
-
-    def raw_arguments(self, raw: object) -> None:
-        if isinstance(raw, str):
-            data = raw.encode("utf-8", "surrogatepass")
-        elif isinstance(raw, bytes | bytearray | memoryview):
-            data = bytes(raw)
-        else:
-            data = repr(type(raw)).encode()
-        self._subject["args_hash"] = sha256_hex(data)
-        self._subject["args_summary"] = f"[unparsed: {len(data)} bytes]"
-
-    def record(
-        self,
-        stage: str,
-        decision: str,
-        *,
-        code: str | None = None,
-        detail: str | None = None,
-    ) -> None:
-        now = self._clock.monotonic()
-        self._stages.append((stage, decision, code, detail, now - self._mark, self._clock.now()))
-        self._mark = now
-
-    def emit(self) -> None:
-        subject = AuditSubject(**self._subject)
-        event = self._auditor.event
-        self._auditor.emit(
-            [
-                event(
-                    kind="call",
-                    stage=stage,
-                    decision=decision,
-                    subject=subject,
-                    code=code,
-                    duration_ms=round(seconds * 1000, 3),
-                    detail=detail,
-                    at=at,
-                )
-                for stage, decision, code, detail, seconds, at in self._stages
-            ],
-        )
 
 
 class Gate:
@@ -161,7 +81,10 @@ class Gate:
         guard: ConversationGuard | None = None,
         limits: ArgumentLimits | None = None,
         default_timeout: float = 30.0,
-        max_result_chars: int = 64_000,
+        max_result_chars: int = 16_000,
+        turn_budget: Budget | None = None,
+        shaper: Shaper | None = None,
+        secrets: SecretProvider | None = None,
         max_concurrency: int = 8,
         new_id: Callable[[], str] | None = None,
         writes: Writes | None = None,
@@ -172,7 +95,16 @@ class Gate:
             raise ConfigurationError("timeouts, result limits and concurrency must be positive")
         self._registry = registry
         self._clock = clock or SystemClock()
-        self._auditor = Auditor(audit, self._clock, new_id=new_id)
+        self._shaper = shaper or Shaper(
+            redactor=Redactor(hash_key=os.urandom(32)),
+            max_chars=max_result_chars,
+        )
+        # Every secret value handed to a tool, to scrub from results, audit and logs.
+        self._ledger = writes.ledger if writes is not None else SecretLedger()
+        self._secrets = secrets
+        self._auditor = Auditor(audit, self._clock, new_id=new_id, scrub=self._scrub)
+        # The results of one model turn share this; each call gets an equal part.
+        self._turn = turn_budget or Budget(max_chars=4 * max_result_chars)
         # None means the default: the required-permissions check alone.
         self._policy: Policy | None = policy
         self._limiter = limiter
@@ -180,7 +112,6 @@ class Gate:
         self._guard = guard
         self._limits = limits or ArgumentLimits()
         self._default_timeout = default_timeout
-        self._max_result_chars = max_result_chars
         self._max_concurrency = max_concurrency
         # None: writes are refused with RISK_BLOCKED (a read-only gate).
         self._writes = writes
@@ -203,6 +134,7 @@ class Gate:
         exposure: Exposure | None = None,
         command_id: str | None = None,
         _revises: str | None = None,
+        _share: Budget | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
@@ -216,7 +148,9 @@ class Gate:
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         trail = (
-            _Trail(self._auditor, self._clock, call, principal) if self._auditor.enabled else None
+            CallTrail(self._auditor, self._clock, call, principal)
+            if self._auditor.enabled
+            else None
         )
         tool: Tool | None = None
         guard = self._guard if conversation is not None else None
@@ -239,6 +173,7 @@ class Gate:
                 if call.defect is not None:
                     raise refuse_defect(call.defect)
                 arguments = parse_arguments(call.arguments, self._limits)
+                self._refuse_secrets(arguments)
             except Refusal:
                 if trail:
                     trail.raw_arguments(call.arguments)
@@ -253,15 +188,7 @@ class Gate:
 
             call_deadline = min(deadline, self._clock.monotonic() + tool.spec.timeout)
             ctx = (
-                ToolContext(
-                    principal=principal,
-                    call_id=call.id,
-                    tool=tool.spec.name,
-                    deadline=call_deadline,
-                    clock=self._clock,
-                )
-                if tool.needs_context
-                else None
+                self._context(tool, principal, call, call_deadline) if tool.needs_context else None
             )
             if tool.validators and ctx is not None:
                 await self._within(
@@ -313,7 +240,7 @@ class Gate:
                         "The call could not be admitted right now; retry it shortly.",
                         stage="quota",
                         retryable=True,
-                        detail=_describe(exc),
+                        detail=describe_exception(exc),
                     ) from None
                 if retry_after is not None:
                     raise Refusal(
@@ -328,7 +255,7 @@ class Gate:
 
             if tool.spec.read_only:
                 result = await self._execute(tool, bound, ctx, call_deadline)
-                envelope = self._shape(call, tool, result)
+                envelope = await self._shape(call, tool, principal, result, _share)
                 if trail:
                     trail.record("execute", "ok", code=envelope.status.value)
             else:
@@ -355,8 +282,8 @@ class Gate:
                 and conversation is not None
                 and refusal.code is ErrorCode.PERMISSION_DENIED
             ):
-                name = tool.spec.name if tool else str(call.name)[:_MAX_NAME_IN_AUDIT]
-                await _count_denial(
+                name = tool.spec.name if tool else str(call.name)[:MAX_NAME_IN_AUDIT]
+                await count_denial(
                     guard,
                     principal=principal,
                     conversation=conversation,
@@ -372,12 +299,14 @@ class Gate:
         except Exception as exc:  # noqa: BLE001 - the gate's boundary: nothing escapes to the model
             envelope = self._failed(call, tool, ErrorCode.FAILED_FINAL, retryable=False)
             if trail:
-                trail.record("gate", "error", code=ErrorCode.FAILED_FINAL, detail=_describe(exc))
+                trail.record(
+                    "gate", "error", code=ErrorCode.FAILED_FINAL, detail=describe_exception(exc)
+                )
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt and the like are not the gate's to swallow,
             # but the stages this call already passed must still reach the audit log.
             if trail:
-                trail.record("gate", "aborted", detail=_describe(exc))
+                trail.record("gate", "aborted", detail=describe_exception(exc))
                 trail.emit()
             raise
         if trail:
@@ -397,7 +326,8 @@ class Gate:
 
         Read-only calls run concurrently (at most `max_concurrency` at once) under one
         shared deadline; everything else runs afterwards, one at a time, in order. A
-        repeated call id is refused, since results are matched by id.
+        repeated call id is refused, since results are matched by id. The turn's result
+        budget is split equally among its calls.
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
         results: list[Envelope | None] = [None] * len(calls)
@@ -413,6 +343,7 @@ class Gate:
             (concurrent if found is not None and found.spec.read_only else serial).append(index)
 
         limit = asyncio.Semaphore(self._max_concurrency)
+        share = self._share_of(len(concurrent) + len(serial))
 
         async def bounded(index: int) -> None:
             async with limit:
@@ -422,6 +353,7 @@ class Gate:
                     deadline,
                     conversation,
                     exposure,
+                    share=share,
                 )
 
         async with asyncio.TaskGroup() as group:
@@ -434,6 +366,7 @@ class Gate:
                 deadline,
                 conversation,
                 exposure,
+                share=share,
             )
         return [r for r in results if r is not None]
 
@@ -444,15 +377,24 @@ class Gate:
         deadline: float,
         conversation: str | None,
         exposure: Exposure | None,
+        *,
+        share: Budget,
     ) -> Envelope:
-        """`handle` under a deadline shared with other calls (on the gate's clock)."""
+        """`handle` under a deadline and result budget shared with other calls."""
         return await self.handle(
             call,
             principal,
             timeout=deadline - self._clock.monotonic(),
             conversation=conversation,
             exposure=exposure,
+            _share=share,
         )
+
+    def _share_of(self, calls: int) -> Budget:
+        """Each call's equal part of the turn's result budget."""
+        turn, parts = self._turn, max(1, calls)
+        tokens = None if turn.max_tokens is None else max(1, turn.max_tokens // parts)
+        return Budget(max_chars=max(1, turn.max_chars // parts), max_tokens=tokens)
 
     def handle_sync(
         self,
@@ -548,13 +490,7 @@ class Gate:
                 deadline=deadline,
             )
             return outcome.envelope
-        ctx = ToolContext(
-            principal=principal,
-            call_id=call.id,
-            tool=spec.name,
-            deadline=deadline,
-            clock=self._clock,
-        )
+        ctx = self._context(tool, principal, call, deadline)
         plan = await self._within(
             deadline,
             "plan",
@@ -685,24 +621,93 @@ class Gate:
                 ),
                 stage="execute",
                 retryable=transient,
-                detail=_describe(exc),
+                detail=describe_exception(exc),
             ) from None
 
-    def _shape(self, call: ToolCall, tool: Tool, result: object) -> Envelope:
+    @property
+    def shaper(self) -> Shaper:
+        """What makes the envelopes of results (budgets, redaction, pages)."""
+        return self._shaper
+
+    @property
+    def ledger(self) -> SecretLedger:
+        """The secret values this gate handed to tools, to scrub from any other sink."""
+        return self._ledger
+
+    def _refuse_secrets(self, arguments: object) -> None:
+        """Refuse arguments holding a secret value a tool was handed (by handle only)."""
+        if len(self._ledger) and self._ledger.contains(json_text(arguments)):
+            raise Refusal(
+                ErrorCode.INVALID_ARGUMENTS,
+                "The arguments contain a credential. Tools get credentials from the host "
+                "by name; never pass one as an argument.",
+                stage="syntax",
+            )
+
+    def _scrub(self, text: str) -> str:
+        """Audit text without known secret values or the redactor's findings."""
+        if len(self._ledger):
+            text = self._ledger.scrub(text)
+        return self._shaper.redact_text(text)
+
+    def _context(
+        self, tool: Tool, principal: Principal, call: ToolCall, deadline: float
+    ) -> ToolContext:
+        spec = tool.spec
+        secrets = (
+            Secrets(
+                self._secrets,
+                tenant_id=principal.tenant_id,
+                allowed=spec.secrets,
+                tool=spec.name,
+                ledger=self._ledger,
+            )
+            if self._secrets is not None and spec.secrets
+            else None
+        )
+        return ToolContext(
+            principal=principal,
+            call_id=call.id,
+            tool=spec.name,
+            deadline=deadline,
+            clock=self._clock,
+            secrets=secrets,
+        )
+
+    async def _shape(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        principal: Principal,
+        result: object,
+        share: Budget | None,
+    ) -> Envelope:
         try:
-            return result_envelope(call.id, tool.spec, result, self._max_result_chars)
+            return await self._shaper.shape(
+                call_id=call.id,
+                spec=tool.spec,
+                principal=principal,
+                result=result,
+                share=share,
+                ledger=self._ledger,
+            )
         except ValueError as exc:
             raise Refusal(
                 ErrorCode.FAILED_FINAL,
                 _GENERIC_FAILURE,
                 stage="result",
-                detail=f"result is not JSON-serialisable: {_describe(exc)}",
+                detail=f"result is not JSON-serialisable: {describe_exception(exc)}",
             ) from None
 
     def _refused(self, call: ToolCall, tool: Tool | None, refusal: Refusal) -> Envelope:
+        # Candidates are a business rule's data (possibly personal): redacted, and the
+        # refusal is then no longer Handrail's words alone.
+        candidates = refusal.candidates
+        if candidates:
+            candidates = tuple(self._shaper.redact_value(list(candidates)))
         return Envelope(
             call_id=call.id,
-            tool=tool.spec.name if tool else str(call.name)[:_MAX_NAME_IN_AUDIT],
+            tool=tool.spec.name if tool else str(call.name)[:MAX_NAME_IN_AUDIT],
             status=Status.ERROR,
             summary=refusal.summary,
             schema_version=tool.spec.schema_version if tool else None,
@@ -711,8 +716,10 @@ class Gate:
                 retryable=refusal.retryable,
                 retry_after=refusal.retry_after,
                 field_errors=refusal.field_errors,
-                candidates=refusal.candidates,
+                candidates=candidates,
             ),
+            trust=Trust.INTERNAL if candidates else Trust.HANDRAIL,
+            source=None if candidates else "handrail",
         )
 
     def _failed(
@@ -737,55 +744,10 @@ class Gate:
             detail="duplicate call id in one batch",
         )
         if self._auditor.enabled:
-            trail = _Trail(self._auditor, self._clock, call, principal)
+            trail = CallTrail(self._auditor, self._clock, call, principal)
             trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
             trail.emit()
         return self._refused(call, None, refusal)
-
-
-async def _count_denial(
-    guard: ConversationGuard,
-    *,
-    principal: Principal,
-    conversation: str,
-    tool: str,
-    target: str | None,
-    trail: _Trail | None,
-) -> None:
-    """Tell the guard about a PERMISSION_DENIED; audit the breaker when this one trips it.
-
-    The envelope is already a refusal; a guard whose state cannot be written must not
-    turn it into an exception, so a failure here is audited and the refusal stands.
-    """
-    try:
-        tripped = await guard.record_denial(principal, conversation, tool=tool, target=target)
-    except Exception as exc:  # noqa: BLE001 - the gate's boundary: the refusal is already made
-        if trail:
-            trail.record("guard", "error", detail=_describe(exc))
-        return
-    if tripped and trail:
-        trail.record(
-            "guard",
-            "tripped",
-            code=ErrorCode.BUDGET_EXHAUSTED,
-            detail=(
-                f"breaker: {guard.max_denials} denials in this conversation; every further "
-                f"call in it is refused"
-            ),
-        )
-
-
-def _describe(exc: BaseException) -> str:
-    """Full text of an exception for the audit log (operators only), bounded.
-
-    Both ends are kept: the head names the frames and the exception type, the tail the
-    end of the message, so a huge message cannot push out what the error was.
-    """
-    text = "".join(traceback.format_exception(exc))
-    if len(text) <= _MAX_DETAIL:
-        return text
-    half = (_MAX_DETAIL - 40) // 2
-    return f"{text[:half]}\n…[{len(text) - 2 * half} characters cut]…\n{text[-half:]}"
 
 
 def _require_no_running_loop() -> None:

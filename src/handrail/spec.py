@@ -14,7 +14,9 @@ from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from handrail.errors import RegistrationError
+from handrail.credentials import validate_handle
+from handrail.errors import ConfigurationError, RegistrationError
+from handrail.shaping.policy import ResultPolicy
 
 __all__ = [
     "ConfirmationMode",
@@ -215,6 +217,9 @@ class ToolSpec:
     scenarios: frozenset[str] = frozenset()
     hints: ToolHints = field(default_factory=ToolHints)
     trusted: Mapping[str, FromPrincipal] = field(default_factory=dict)
+    results: ResultPolicy = field(default_factory=ResultPolicy)
+    secrets: frozenset[str] = frozenset()
+    """Handles of the host-side secrets the tool may read through its context."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -240,6 +245,12 @@ class ToolSpec:
         self._check_write_policies(writes=writes)
         object.__setattr__(self, "permissions", frozenset(self.permissions))
         object.__setattr__(self, "scenarios", frozenset(self.scenarios))
+        object.__setattr__(self, "secrets", frozenset(self.secrets))
+        for handle in self.secrets:
+            try:
+                validate_handle(handle)
+            except ConfigurationError as exc:
+                raise RegistrationError(f"tool {self.name!r}: {exc}") from exc
         if self.enabled_tenants is not None:
             object.__setattr__(self, "enabled_tenants", frozenset(self.enabled_tenants))
         object.__setattr__(self, "input_schema", MappingProxyType(dict(self.input_schema)))

@@ -12,14 +12,16 @@ a token this keyring signed for that principal confirms anything.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 import random
 import re
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from secrets import token_hex
 from typing import Any, TypeVar
 
 from handrail.audit import Auditor, AuditSink, AuditSubject
@@ -27,6 +29,7 @@ from handrail.canonical import canonical_json
 from handrail.clock import Clock, SystemClock
 from handrail.confirmation import ConfirmationToken, Keyring
 from handrail.context import ToolContext
+from handrail.credentials import SecretLedger, SecretProvider, Secrets
 from handrail.definition import BoundArguments, Tool
 from handrail.envelope import Envelope, ErrorDetail, Status
 from handrail.errors import (
@@ -43,6 +46,8 @@ from handrail.policy import check_permissions
 from handrail.principal import Principal
 from handrail.registry import Registry
 from handrail.retry import Sleep
+from handrail.shaping.redact import Redactor
+from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, ToolSpec
 from handrail.store.base import Store
 
@@ -117,27 +122,78 @@ class Writes:
         audit: AuditSink | None = None,
         worker_id: str | None = None,
         new_id: Callable[[], str] | None = None,
-        max_result_chars: int = 64_000,
+        max_result_chars: int = 16_000,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        shaper: Shaper | None = None,
+        secrets: SecretProvider | None = None,
+        ledger: SecretLedger | None = None,
     ) -> None:
+        # Results of writes are shaped like any other; secrets are handed out by handle
+        # and their values scrubbed from stored results and the audit trail.
+        self._shaper = shaper or Shaper(
+            redactor=Redactor(hash_key=os.urandom(32)), max_chars=max_result_chars
+        )
+        self._ledger = ledger if ledger is not None else SecretLedger()
+        self._secrets = secrets
+
+        def secrets_for(principal: Principal, spec: ToolSpec) -> Secrets | None:
+            if secrets is None or not spec.secrets:
+                return None
+            return Secrets(
+                secrets,
+                tenant_id=principal.tenant_id,
+                allowed=spec.secrets,
+                tool=spec.name,
+                ledger=self._ledger,
+            )
+
         self._registry = registry
         self._store = store
         self._keyring = keyring
         self._clock = clock or SystemClock()
-        self._auditor = Auditor(audit, self._clock, new_id=new_id)
-        self._new_id = new_id or (lambda: secrets.token_hex(16))
+        self._auditor = Auditor(audit, self._clock, new_id=new_id, scrub=self._scrub)
+        self._new_id = new_id or (lambda: token_hex(16))
         # Content of recently seen plans (immutable); never their state.
         self._known_plans: OrderedDict[str, Plan] = OrderedDict()
         self.executor = Executor(
             store,
             clock=self._clock,
             auditor=self._auditor,
-            worker_id=worker_id or f"worker-{secrets.token_hex(6)}",
-            max_result_chars=max_result_chars,
+            worker_id=worker_id or f"worker-{token_hex(6)}",
             sleep=sleep,
             rng=rng,
+            secrets=secrets_for,
+            scrub=self._ledger.scrub,
         )
+
+    @property
+    def ledger(self) -> SecretLedger:
+        """The secret values handed to write tools, to scrub from every sink."""
+        return self._ledger
+
+    @property
+    def shaper(self) -> Shaper:
+        """What shapes the results of writes for the model."""
+        return self._shaper
+
+    def _scrub(self, text: str) -> str:
+        return self._shaper.redact_text(self._ledger.scrub(text))
+
+    async def _shaped(self, outcome: WriteOutcome, principal: Principal) -> WriteOutcome:
+        """The outcome with its result shaped for the model like any read's result."""
+        envelope = outcome.envelope
+        tool = self._registry.lookup(envelope.tool, principal)
+        if not envelope.ok or tool is None:
+            return outcome
+        shaped = await self._shaper.shape(
+            call_id=envelope.call_id,
+            spec=tool.spec,
+            principal=principal,
+            result=envelope.data,
+            ledger=self._ledger,
+        )
+        return dataclasses.replace(outcome, envelope=shaped)
 
     @property
     def store(self) -> Store:
@@ -465,7 +521,7 @@ class Writes:
         else:
             replayed = await self._not_runnable(record, job, tool, principal, deadline)
             if replayed is not None:
-                return replayed
+                return await self._shaped(replayed, principal)
         if tool.resolve_version is not None:
             ctx = ToolContext(
                 principal=principal,
@@ -492,8 +548,8 @@ class Writes:
             fresh = await self.get_plan(plan_id, principal)
             replayed = await self._not_runnable(fresh, job, tool, principal, deadline)
             if replayed is not None:  # pragma: no cover - a record appeared meanwhile
-                return replayed
-        return outcome
+                return await self._shaped(replayed, principal)
+        return await self._shaped(outcome, principal)
 
     async def _not_runnable(
         self,
@@ -584,7 +640,7 @@ class Writes:
             ),
             call_id=call_id,
         )
-        return await self.executor.execute(job, deadline=deadline)
+        return await self._shaped(await self.executor.execute(job, deadline=deadline), principal)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from handrail.adapters.base import (
 )
 from handrail.errors import ConfigurationError
 from handrail.registry import Registry
+from handrail.shaping.marking import DataMarker, read_block
 from handrail.spec import SideEffect, ToolSpec
 
 _BLOCKS: dict[str, Any] = {
@@ -619,7 +620,8 @@ def test_all_results_of_a_turn_go_back_in_one_user_message_in_call_order() -> No
         ToolCall(id="toolu_1", name="shop.search", arguments={}),
         ToolCall(id="toolu_2", name="shop.stock", arguments={}),
     ]
-    [message] = AnthropicAdapter(strict=False).render_results(
+    marker = DataMarker(token=iter(["a" * 32, "b" * 32]).__next__)
+    [message] = AnthropicAdapter(strict=False, marker=marker).render_results(
         calls,
         [_envelope("toolu_2", error=True), _envelope("toolu_1")],
     )
@@ -629,8 +631,14 @@ def test_all_results_of_a_turn_go_back_in_one_user_message_in_call_order() -> No
         ("toolu_1", False),
         ("toolu_2", True),
     ]
-    assert json.loads(message["content"][1]["content"])["error_type"] == "NOT_FOUND"
-    assert message["content"][0]["content"] == _envelope("toolu_1").to_json()
+    refused = read_block(message["content"][1]["content"])
+    assert refused is not None
+    assert refused.boundary == "b" * 32
+    assert json.loads(refused.body)["error_type"] == "NOT_FOUND"
+    assert message["content"][0]["content"] == (
+        f'<<<handrail-data {"a" * 32} source="tool:shop.search" trust="untrusted">>>\n'
+        f"{_envelope('toolu_1').to_json()}\n<<<end handrail-data {'a' * 32}>>>"
+    )
 
 
 def test_a_turn_without_calls_renders_no_message() -> None:

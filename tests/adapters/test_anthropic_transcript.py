@@ -34,7 +34,9 @@ from handrail.adapters.transcript import (
     Turn,
     UserTurn,
 )
+from handrail.shaping.marking import DataMarker
 
+MARKER = DataMarker()
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "message": TypeAdapter(MessageParam),
     "text": TypeAdapter(TextBlockParam),
@@ -392,6 +394,7 @@ def transcripts(draw: st.DrawFn) -> list[Turn]:
                 Envelope(
                     call_id=c.id, tool=c.name, status=Status.OK, summary="ok", data=draw(_json)
                 ),
+                MARKER,
             )
             for c in calls
         ]

@@ -22,7 +22,9 @@ from handrail.adapters import (
     Turn,
     UserTurn,
 )
+from handrail.shaping.marking import DataMarker, read_block
 
+MARKER = DataMarker()
 ADAPTERS: tuple[Adapter, ...] = (
     OpenAIChatAdapter(strict=False),
     AnthropicAdapter(strict=False),
@@ -68,7 +70,7 @@ def conversations(draw: st.DrawFn) -> list[Turn]:
                 data=None if failed else draw(ARGS),
                 error=ErrorDetail(code=ErrorCode.NOT_FOUND) if failed else None,
             )
-            results.append(ToolResult.of(envelope))
+            results.append(ToolResult.of(envelope, MARKER))
         turns.append(ToolResultsTurn(results=tuple(results)))
         turns.append(AssistantTurn(text=draw(TEXT)))
     return turns
@@ -77,6 +79,12 @@ def conversations(draw: st.DrawFn) -> list[Turn]:
 def _arguments(call: ToolCall) -> Any:
     raw = call.arguments
     return json.loads(raw) if isinstance(raw, str | bytes) else dict(raw or {})
+
+
+def _body(content: str) -> Any:
+    block = read_block(content)
+    assert block is not None
+    return json.loads(block.body)
 
 
 def _essence(transcript: Sequence[Turn]) -> list[object]:
@@ -88,7 +96,7 @@ def _essence(transcript: Sequence[Turn]) -> list[object]:
             calls = [(c.id, c.name, _arguments(c)) for c in turn.calls]
             out.append(("assistant", turn.text, calls))
         else:
-            results = [(r.call_id, json.loads(r.content), r.is_error) for r in turn.results]
+            results = [(r.call_id, r.content, _body(r.content), r.is_error) for r in turn.results]
             out.append(("results", results))
     return out
 

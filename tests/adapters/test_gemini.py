@@ -41,6 +41,7 @@ from handrail.adapters.base import (
 )
 from handrail.adapters.gemini import GEMINI_NAME, ID_PREFIX, PROVIDER, GeminiAdapter
 from handrail.errors import ConfigurationError
+from handrail.shaping.marking import read_block
 from handrail.testing import MemoryAuditSink
 
 ADAPTER = GeminiAdapter()
@@ -533,10 +534,17 @@ async def test_results_go_back_as_one_user_content_in_call_order(
     assert content["role"] == "user"
     first, second = (part["functionResponse"] for part in content["parts"])
     assert first["name"] == "shop__search"
-    assert first["response"] == {"output": envelopes[0].to_model_dict()}
+    assert list(first["response"]) == ["output"]
+    found = read_block(first["response"]["output"])
+    assert found is not None
+    assert json.loads(found.body) == envelopes[0].to_model_dict()
     assert second["name"] == "shop__nothing"
-    assert second["response"] == {"error": envelopes[1].to_model_dict()}
-    assert second["response"]["error"]["status"] == "error"
+    assert list(second["response"]) == ["error"]
+    refused = read_block(second["response"]["error"])
+    assert refused is not None
+    assert json.loads(refused.body) == envelopes[1].to_model_dict()
+    assert json.loads(refused.body)["status"] == "error"
+    assert found.boundary != refused.boundary
     assert "id" not in first
     assert "id" not in second
 

@@ -7,7 +7,9 @@ with stable ids, each result answering the call of its name.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,8 +30,25 @@ from handrail.adapters.transcript import (
     pair_results,
 )
 from handrail.envelope import ErrorDetail
+from handrail.shaping.marking import DataMarker, read_block
 
 ADAPTER = GeminiAdapter()
+MARKER = DataMarker()
+
+
+def counting_tokens() -> Callable[[], str]:
+    """Boundaries 00..01, 00..02, ...: two markers given one each draw the same blocks."""
+    numbers = itertools.count(1)
+    return lambda: f"{next(numbers):032x}"
+
+
+def shown(value: object) -> dict[str, Any]:
+    """The envelope a functionResponse value shows the model, from its data block."""
+    assert isinstance(value, str)
+    block = read_block(value)
+    assert block is not None
+    envelope: dict[str, Any] = json.loads(block.body)
+    return envelope
 
 
 def valid(model: type[BaseModel], payload: dict[str, Any]) -> None:
@@ -61,6 +80,7 @@ TRANSCRIPT: list[Turn] = [
             envelope("c1", "shop.search", data=[{"id": "b1"}]),
             envelope("c2", "shop.stock", error=True),
         ],
+        marker=MARKER,
     ),
     AssistantTurn(text="Yes."),
 ]
@@ -87,7 +107,8 @@ def test_a_transcript_becomes_alternating_user_and_model_contents() -> None:
         "shop__stock",
         {"error"},
     )
-    assert missing["response"]["error"]["error_type"] == "UNKNOWN_TOOL"
+    assert shown(missing["response"]["error"])["error_type"] == "UNKNOWN_TOOL"
+    assert shown(found["response"]["output"])["data"] == [{"id": "b1"}]
 
 
 def test_a_transcript_survives_the_round_trip() -> None:
@@ -245,10 +266,11 @@ def test_rendered_results_match_the_results_turn_of_the_transcript() -> None:
         ToolCall(id="fc-2", name="shop.stock", arguments={}, provider="openai-chat"),
     ]
     envelopes = [envelope("fc-2", "shop.stock", error=True), envelope("fc-1", "shop.search")]
-    rendered = ADAPTER.render_results(calls, envelopes)
-    [*_, written] = ADAPTER.to_wire(
-        [AssistantTurn(calls=tuple(calls)), pair_results(calls, envelopes)]
+    rendered = GeminiAdapter(marker=DataMarker(token=counting_tokens())).render_results(
+        calls, envelopes
     )
+    paired = pair_results(calls, envelopes, marker=DataMarker(token=counting_tokens()))
+    [*_, written] = ADAPTER.to_wire([AssistantTurn(calls=tuple(calls)), paired])
     assert rendered == [written]
 
 
@@ -293,7 +315,7 @@ def transcripts(draw: st.DrawFn) -> list[Turn]:
                     made = envelope(
                         call.id, call.name, error=draw(st.booleans()), data=draw(json_value)
                     )
-                    results.append(ToolResult.of(made))
+                    results.append(ToolResult.of(made, MARKER))
                 else:
                     raw = draw(st.text(max_size=20))
                     results.append(
@@ -343,8 +365,8 @@ def test_envelope_results_keep_their_status_in_step_with_the_error_flag(
             if response is None:
                 continue
             [(key, value)] = response.items()
-            if isinstance(value, dict) and "envelope_version" in value:
-                assert (value["status"] == "error") == (key == "error")
+            if isinstance(value, str) and read_block(value) is not None:
+                assert (shown(value)["status"] == "error") == (key == "error")
 
 
 def test_result_text_that_is_not_compact_json_travels_as_text() -> None:
@@ -383,3 +405,25 @@ def test_user_text_before_results_in_one_content_becomes_its_own_turn() -> None:
     _, user, results = ADAPTER.from_wire(history)
     assert user == UserTurn(text="Here:")
     assert results == ToolResultsTurn(results=(ToolResult(call_id="k", tool="a", content="1"),))
+
+
+def test_an_unmarked_envelope_from_an_older_transcript_goes_as_its_object_and_reads_back() -> None:
+    old = envelope("c1", "shop.search", data=[{"id": "b1"}])
+    result = ToolResult(call_id="c1", tool="shop.search", content=old.to_json())
+    transcript: list[Turn] = [AssistantTurn(calls=(SEARCH,)), ToolResultsTurn(results=(result,))]
+    contents = ADAPTER.to_wire(transcript)
+    [part] = contents[1]["parts"]
+    assert part["functionResponse"]["response"] == {"output": old.to_model_dict()}
+    valid(types.Content, contents[1])
+    assert ADAPTER.from_wire(contents)[1] == ToolResultsTurn(results=(result,))
+
+
+def test_a_marked_result_goes_as_its_block_text_and_reads_back_verbatim() -> None:
+    refused = envelope("c1", "shop.search", error=True)
+    result = ToolResult.of(refused, MARKER)
+    transcript: list[Turn] = [AssistantTurn(calls=(SEARCH,)), ToolResultsTurn(results=(result,))]
+    contents = ADAPTER.to_wire(transcript)
+    [part] = contents[1]["parts"]
+    assert part["functionResponse"]["response"] == {"error": result.content}
+    assert shown(result.content)["error_type"] == "UNKNOWN_TOOL"
+    assert ADAPTER.from_wire(contents)[1] == ToolResultsTurn(results=(result,))

@@ -41,6 +41,7 @@ from handrail.adapters.openai_chat import OpenAIChatAdapter
 from handrail.adapters.openai_responses import OpenAIResponsesAdapter
 from handrail.envelope import ErrorDetail
 from handrail.errors import ConfigurationError
+from handrail.shaping.marking import read_block
 from handrail.testing import MemoryAuditSink
 
 STRICT = OpenAIChatAdapter(strict=True)
@@ -482,7 +483,9 @@ def test_results_become_tool_messages_in_call_order_matched_by_id() -> None:
     envelopes = [envelope_for(calls[1], error=True), envelope_for(calls[0])]
     messages = STRICT.render_results(calls, envelopes)
     assert [m["tool_call_id"] for m in messages] == ["call_1", "call_2"]
-    assert json.loads(messages[1]["content"])["error_type"] == "NOT_FOUND"
+    block = read_block(messages[1]["content"])
+    assert block is not None
+    assert json.loads(block.body)["error_type"] == "NOT_FOUND"
     for message in messages:
         TOOL_MESSAGE.validate_python(message, strict=True)
 

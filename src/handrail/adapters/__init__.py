@@ -4,7 +4,9 @@ Each adapter class (`OpenAIChatAdapter`, `OpenAIResponsesAdapter`, `AnthropicAda
 `GeminiAdapter`) keeps the `Adapter` contract of `base`: definitions and tool choice
 out, calls in (whole and streamed), results back, transcripts both ways. Adapters never
 decide exposure: they are handed `registry.exposed(principal)`, and refuse forbidden or
-disabled specs anyway. `tool_definitions` here is the plain export the CLI prints.
+disabled specs anyway. Results go back as data blocks (`handrail.shaping.marking`);
+each adapter takes a `marker=` for them. `tool_definitions` here is the plain export
+the CLI prints.
 """
 
 from __future__ import annotations

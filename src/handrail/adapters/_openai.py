@@ -26,6 +26,7 @@ from handrail.adapters.base import (
 from handrail.adapters.transcript import AssistantTurn, ToolResultsTurn, Turn, UserTurn
 from handrail.calls import ToolCall
 from handrail.errors import ConfigurationError, Refusal
+from handrail.shaping.marking import read_block
 from handrail.spec import ToolSpec
 from handrail.validation import ArgumentLimits, parse_arguments
 
@@ -212,10 +213,13 @@ def is_error_content(content: str) -> bool:
     """Whether a result's text is an error envelope: a JSON object with status "error".
 
     OpenAI formats have no error flag on a tool result. The envelope the model reads
-    says it instead, so `ToolResult.is_error` is read back from the content.
+    says it instead, so `ToolResult.is_error` is read back from the content: from the
+    body of its data block, or from plain envelope JSON (transcripts from before
+    marking).
     """
+    block = read_block(content)
     try:
-        value = json.loads(content)
+        value = json.loads(content if block is None else block.body)
     except (ValueError, RecursionError):
         return False
     return isinstance(value, dict) and value.get("status") == "error"

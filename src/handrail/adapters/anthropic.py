@@ -47,6 +47,7 @@ from handrail.calls import ToolCall
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
 from handrail.schema import json_path
+from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
 
 __all__ = ["PROVIDER", "AnthropicAdapter", "AnthropicStreamAssembler", "tool_definitions"]
@@ -65,7 +66,8 @@ class AnthropicAdapter:
     `strict` sends every tool with `strict: true` (grammar-constrained inputs) after
     rewriting its schema into the subset strict mode takes. `parallel_calls=False`
     adds `disable_parallel_tool_use` to the tool choice: at most one call per turn.
-    `max_streamed_input` bounds the characters one streamed call may buffer.
+    `max_streamed_input` bounds the characters one streamed call may buffer. `marker`
+    wraps each result in its data block; a fresh `DataMarker` by default.
     """
 
     def __init__(
@@ -74,11 +76,13 @@ class AnthropicAdapter:
         strict: bool,
         parallel_calls: bool = True,
         max_streamed_input: int = 4 << 20,
+        marker: DataMarker | None = None,
     ) -> None:
         if max_streamed_input < 1:
             raise ConfigurationError("max_streamed_input must be positive")
         self.provider = PROVIDER
         self._strict = strict
+        self._marker = marker if marker is not None else DataMarker()
         self._parallel_calls = parallel_calls
         self._max_streamed_input = max_streamed_input
 
@@ -151,10 +155,11 @@ class AnthropicAdapter:
     ) -> list[dict[str, Any]]:
         """One user message of tool_result blocks in call order, matched by call id.
 
+        Each block's content is the envelope's data block, `is_error` its status.
         Raises ConfigurationError (from `pair_results`) for an envelope of no call or
         a call without an envelope. No calls, no message.
         """
-        turn = pair_results(calls, envelopes)
+        turn = pair_results(calls, envelopes, marker=self._marker)
         if not turn.results:
             return []
         return [{"role": "user", "content": [_result_block(r) for r in turn.results]}]

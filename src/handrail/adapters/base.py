@@ -177,7 +177,11 @@ class Adapter(Protocol):
         calls: Sequence[ToolCall],
         envelopes: Sequence[Envelope],
     ) -> list[dict[str, Any]]:
-        """The messages (or items, or contents) that carry these results back."""
+        """The messages (or items, or contents) that carry these results back.
+
+        Each envelope goes in its own data block (`handrail.shaping.marking`), labelled
+        with its source and trust level, so the model reads it as data only.
+        """
         ...
 
     def to_wire(self, transcript: Sequence[Turn]) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ the gate refuses them with INVALID_ARGUMENTS and never runs them. A stream that 
 without any finish reason was cut off, and its calls are defective too.
 
 Results. A `functionResponse.response` must be a JSON object; it is
-`{"output": envelope}` for a result and `{"error": envelope}` for a refusal or failure,
-as Gemini documents those two keys. The envelope is the decoded object whose text the
-model reads (the text itself where decoding would change it), and its `status` is
-"error" exactly in the second case, so `is_error` survives the trip.
+`{"output": text}` for a result and `{"error": text}` for a refusal or failure, as
+Gemini documents those two keys, so `is_error` survives the trip. The text is the
+envelope's data block (`shaping.marking`), verbatim. A result from before marking,
+plain envelope JSON, is sent as the decoded object where decoding loses nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from handrail.calls import ToolCall
 from handrail.canonical import sha256_hex
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
+from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
 
 __all__ = ["GEMINI_NAME", "ID_PREFIX", "PROVIDER", "GeminiAdapter", "tool_definitions"]
@@ -99,13 +100,20 @@ class GeminiAdapter:
     every change reported. `True` sends the original JSON Schema as
     `parametersJsonSchema`, which newer models read with `$ref`, maps and recursion; no
     rewrite is made or reported, and Gemini may ignore keywords it does not support (the
-    gate validates against the original either way).
+    gate validates against the original either way). `marker` wraps each result in
+    its data block; a fresh `DataMarker` by default.
     """
 
     provider: str = PROVIDER
 
-    def __init__(self, *, parameters_json_schema: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        parameters_json_schema: bool = False,
+        marker: DataMarker | None = None,
+    ) -> None:
         self._json_schema = parameters_json_schema
+        self._marker = marker if marker is not None else DataMarker()
 
     def tool_definitions(self, specs: Sequence[ToolSpec]) -> Definitions:
         """One Tool with a function declaration per spec, or no tools for no specs.
@@ -185,10 +193,10 @@ class GeminiAdapter:
     ) -> list[dict[str, Any]]:
         """One user Content with a `functionResponse` per call, in call order.
 
-        Results are matched by call id (`pair_results`), never by position; no calls
-        means no content at all.
+        Results are matched by call id (`pair_results`), never by position; each
+        response's value is the envelope's data block. No calls means no content at all.
         """
-        turn = pair_results(calls, envelopes)
+        turn = pair_results(calls, envelopes, marker=self._marker)
         if not turn.results:
             return []
         parts = [

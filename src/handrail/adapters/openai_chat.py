@@ -28,6 +28,7 @@ from handrail.adapters.transcript import (
 )
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope
+from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -66,14 +67,16 @@ class OpenAIChatAdapter:
     model's arguments follow the schema's shape but takes only a subset of JSON Schema
     (`_strict` lists what is rewritten and what is refused: a `dict[str, X]` parameter,
     for one, cannot be strict); without it the schema is sent as it is and only guides.
+    `marker` wraps each result in its data block; a fresh `DataMarker` by default.
     """
 
-    __slots__ = ("_strict",)
+    __slots__ = ("_marker", "_strict")
 
     provider = PROVIDER
 
-    def __init__(self, *, strict: bool) -> None:
+    def __init__(self, *, strict: bool, marker: DataMarker | None = None) -> None:
         self._strict = strict
+        self._marker = marker if marker is not None else DataMarker()
 
     @property
     def strict(self) -> bool:
@@ -138,10 +141,11 @@ class OpenAIChatAdapter:
     ) -> list[dict[str, Any]]:
         """One `{"role": "tool", "tool_call_id", "content"}` message per call, in call order.
 
-        Raises ConfigurationError for an envelope no call asked for, or a call left
-        without one (`pair_results`).
+        The content is the envelope's data block. Raises ConfigurationError for an
+        envelope no call asked for, or a call left without one (`pair_results`).
         """
-        return [_tool_message(result) for result in pair_results(calls, envelopes).results]
+        turn = pair_results(calls, envelopes, marker=self._marker)
+        return [_tool_message(result) for result in turn.results]
 
     def to_wire(self, transcript: Sequence[Turn]) -> list[dict[str, Any]]:
         """Chat messages: user, assistant (text, tool calls) and tool messages.

@@ -28,6 +28,7 @@ from handrail.adapters.transcript import (
 )
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope
+from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -70,15 +71,17 @@ class OpenAIResponsesAdapter:
     """Responses (`/v1/responses`), with or without strict function calling.
 
     `strict` has no default, for the reasons given on OpenAIChatAdapter. It is always
-    sent explicitly: the Responses API takes an absent `strict` as true.
+    sent explicitly: the Responses API takes an absent `strict` as true. `marker` wraps
+    each result in its data block; a fresh `DataMarker` by default.
     """
 
-    __slots__ = ("_strict",)
+    __slots__ = ("_marker", "_strict")
 
     provider = PROVIDER
 
-    def __init__(self, *, strict: bool) -> None:
+    def __init__(self, *, strict: bool, marker: DataMarker | None = None) -> None:
         self._strict = strict
+        self._marker = marker if marker is not None else DataMarker()
 
     @property
     def strict(self) -> bool:
@@ -150,10 +153,11 @@ class OpenAIResponsesAdapter:
     ) -> list[dict[str, Any]]:
         """One `{"type": "function_call_output", "call_id", "output"}` item per call.
 
-        In call order; raises ConfigurationError for an envelope no call asked for, or a
-        call left without one (`pair_results`).
+        In call order, the output the envelope's data block; raises ConfigurationError
+        for an envelope no call asked for, or a call left without one (`pair_results`).
         """
-        return [_output_item(result) for result in pair_results(calls, envelopes).results]
+        turn = pair_results(calls, envelopes, marker=self._marker)
+        return [_output_item(result) for result in turn.results]
 
     def to_wire(self, transcript: Sequence[Turn]) -> list[dict[str, Any]]:
         """Input items: messages, `function_call` and `function_call_output` items.

@@ -1,8 +1,9 @@
 """Neutral conversation turns: the pivot through which wire formats convert.
 
 A transcript is the tool-relevant part of a conversation: user text, assistant turns
-(text and the calls they proposed, ids verbatim) and tool results (the envelope text
-the model read, and whether it was an error). Every adapter converts to and from it.
+(text and the calls they proposed, ids verbatim) and tool results (the text the model
+read, a data block around the envelope, and whether it was an error). Every adapter
+converts to and from it, keeping result text verbatim.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
+from handrail.shaping.marking import DataMarker
 
 __all__ = [
     "AssistantTurn",
@@ -48,16 +50,19 @@ class ToolResult:
     tool: str
     """The Handrail name of the tool the call named."""
     content: str
-    """The text the model reads: an envelope's JSON."""
+    """The text the model reads: the envelope in a data block (`shaping.marking`).
+
+    Transcripts written before marking hold the envelope's plain JSON; both read back.
+    """
     is_error: bool = False
 
     @classmethod
-    def of(cls, envelope: Envelope) -> ToolResult:
-        """The result an envelope becomes on the wire."""
+    def of(cls, envelope: Envelope, marker: DataMarker) -> ToolResult:
+        """The result an envelope becomes on the wire: marked with its source and trust."""
         return cls(
             call_id=envelope.call_id,
             tool=envelope.tool,
-            content=envelope.to_json(),
+            content=marker.mark(envelope),
             is_error=not envelope.ok,
         )
 
@@ -72,8 +77,15 @@ class ToolResultsTurn:
 Turn = UserTurn | AssistantTurn | ToolResultsTurn
 
 
-def pair_results(calls: Sequence[ToolCall], envelopes: Sequence[Envelope]) -> ToolResultsTurn:
+def pair_results(
+    calls: Sequence[ToolCall],
+    envelopes: Sequence[Envelope],
+    *,
+    marker: DataMarker,
+) -> ToolResultsTurn:
     """One result per call, in call order, each matched by call id (never by position).
+
+    Each result is its envelope in a data block drawn by `marker`.
 
     Raises ConfigurationError for an envelope whose id names no call of the turn, or a
     call left without an envelope: both are the host's mistakes, and a provider would
@@ -91,7 +103,7 @@ def pair_results(calls: Sequence[ToolCall], envelopes: Sequence[Envelope]) -> To
         pending = by_id.get(call.id)
         if not pending:
             raise ConfigurationError(f"call {call.id!r} has no result")
-        results.append(ToolResult.of(pending.pop(0)))
+        results.append(ToolResult.of(pending.pop(0), marker))
     leftover = [e.call_id for queue in by_id.values() for e in queue]
     if leftover:
         raise ConfigurationError(f"more results than calls for ids {sorted(set(leftover))}")

@@ -4,7 +4,7 @@ A thin layer over the registry, the adapters and the store: it loads an applicat
 builds the operator's view principal and prints. Tool lists and exports show only what
 `Registry.exposed` gives that principal. It never runs a tool, except in `demo` and in
 `reconcile`, which retries a write only when its tool's downstream system proves it
-was never executed.
+was never executed. `raw` shows people the full raw results kept behind envelope refs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, load_registry, operator_principal
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
+from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._tools import spec_document, tools_app
 
@@ -24,7 +25,7 @@ app = typer.Typer(
     name="handrail",
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
-        "audit, reconcile unknown writes."
+        "audit, reconcile unknown writes, read raw results."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
+app.add_typer(raw_app, name="raw")
 app.command("demo")(demo)
 app.command("reconcile")(reconcile)
 

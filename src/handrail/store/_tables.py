@@ -105,3 +105,21 @@ executions = sa.Table(
     sa.Index("ix_executions_retain", "retain_until"),
     sa.Index("ix_executions_plan", "plan_id"),
 )
+
+raw_results = sa.Table(
+    "raw_results",
+    metadata,
+    sa.Column("ref", sa.String(64), primary_key=True),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("tool", sa.String(128), nullable=False),
+    sa.Column("call_id", sa.String(256), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("expires_at", _TIME, nullable=False),
+    sa.Column("media_type", sa.String(128), nullable=False),
+    sa.Column("size", sa.BigInteger(), nullable=False),
+    sa.Column("complete", sa.Boolean(), nullable=False),
+    sa.Column("body", sa.LargeBinary(), nullable=False),
+    sa.Index("ix_raw_results_expires", "expires_at"),
+    sa.Index("ix_raw_results_tenant_created", "tenant_id", "created_at"),
+)

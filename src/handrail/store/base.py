@@ -16,12 +16,13 @@ from typing import Protocol
 from handrail.audit import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
+from handrail.raw import RawRecord
 
 __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state of Handrail: audit trail, plans, nonces, approvals, executions."""
+    """Durable state of Handrail: audit trail, plans, nonces, approvals, executions, raw results."""
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
@@ -139,6 +140,28 @@ class Store(Protocol):
 
     def purge_executions(self, *, now: datetime) -> int:
         """Delete settled records whose retention ended before `now`; how many."""
+        ...
+
+    # --- raw results -------------------------------------------------------------------------
+
+    def put_raw(self, record: RawRecord) -> None:
+        """Store a new raw record. A ref that exists already is a StoreError: never overwritten."""
+        ...
+
+    def get_raw(self, ref: str) -> RawRecord | None:
+        """The record of a ref with its body, expired or not, or None."""
+        ...
+
+    def purge_raw(self, *, before: datetime) -> int:
+        """Delete the records with `expires_at <= before`; how many."""
+        ...
+
+    def list_raw(self, *, tenant_id: str, limit: int = 50) -> list[RawRecord]:
+        """A tenant's records, newest first (by `created_at`, then ref), expired ones too.
+
+        Bodies are left out (`b""`) so a listing never loads megabytes; `size` and
+        `complete` still describe the stored body, which `get_raw` returns.
+        """
         ...
 
     def close(self) -> None:

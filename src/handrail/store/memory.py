@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from handrail.audit import AuditEvent
+from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
+from handrail.raw import RawRecord
 from handrail.spec import ConfirmationMode
 
 __all__ = ["MemoryStore"]
@@ -32,6 +34,7 @@ class MemoryStore:
         self._nonces: set[str] = set()
         self._approvals: dict[str, set[str]] = {}
         self._executions: dict[str, ExecutionRecord] = {}
+        self._raw: dict[str, RawRecord] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""
@@ -218,6 +221,39 @@ class MemoryStore:
             for key in gone:
                 del self._executions[key]
         return len(gone)
+
+    def put_raw(self, record: RawRecord) -> None:
+        """Keep a new raw record; a taken ref is a StoreError, as in the SQL stores."""
+        # Times read back in UTC, as from the SQL stores.
+        record = dataclasses.replace(
+            record,
+            created_at=record.created_at.astimezone(UTC),
+            expires_at=record.expires_at.astimezone(UTC),
+        )
+        with self._lock:
+            if record.ref in self._raw:
+                raise StoreError("raw insert failed: the ref exists")
+            self._raw[record.ref] = record
+
+    def get_raw(self, ref: str) -> RawRecord | None:
+        """The record of a ref, with its body."""
+        with self._lock:
+            return self._raw.get(ref)
+
+    def purge_raw(self, *, before: datetime) -> int:
+        """Drop the records with `expires_at <= before`."""
+        with self._lock:
+            gone = [ref for ref, r in self._raw.items() if r.expires_at <= before]
+            for ref in gone:
+                del self._raw[ref]
+        return len(gone)
+
+    def list_raw(self, *, tenant_id: str, limit: int = 50) -> list[RawRecord]:
+        """A tenant's records, newest first, bodies left out."""
+        with self._lock:
+            found = [r for r in self._raw.values() if r.tenant_id == tenant_id]
+        found.sort(key=lambda r: (r.created_at, r.ref), reverse=True)
+        return [dataclasses.replace(r, body=b"") for r in found[: max(0, limit)]]
 
     def close(self) -> None:
         """Nothing to release."""

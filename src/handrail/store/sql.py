@@ -24,11 +24,19 @@ from handrail.audit import AuditEvent, AuditSubject
 from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
+from handrail.raw import RawRecord
 from handrail.spec import ConfirmationMode, RiskLevel
 
 if TYPE_CHECKING:
     from handrail.store._pg_async import AsyncExecutions
-from handrail.store._tables import audit_events, executions, plan_approvals, plan_nonces, plans
+from handrail.store._tables import (
+    audit_events,
+    executions,
+    plan_approvals,
+    plan_nonces,
+    plans,
+    raw_results,
+)
 
 __all__ = [
     "SqlStore",
@@ -188,6 +196,34 @@ def _plan(row: sa.RowMapping, approvals: frozenset[str]) -> PlanRecord:
     )
 
 
+_RAW_FIELDS = tuple(f.name for f in fields(RawRecord))
+_RAW_LISTED = tuple(name for name in _RAW_FIELDS if name != "body")
+
+
+def _raw_row(record: RawRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {name: getattr(record, name) for name in _RAW_FIELDS}
+    row["created_at"] = _utc(record.created_at)
+    row["expires_at"] = _utc(record.expires_at)
+    return row
+
+
+def _raw(row: sa.RowMapping) -> RawRecord:
+    return RawRecord(
+        ref=row["ref"],
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        tool=row["tool"],
+        call_id=row["call_id"],
+        created_at=_aware(row["created_at"]),
+        expires_at=_aware(row["expires_at"]),
+        media_type=row["media_type"],
+        size=int(row["size"]),
+        complete=bool(row["complete"]),
+        # A listing leaves the body out; drivers may hand back a memoryview.
+        body=bytes(row["body"]) if "body" in row else b"",
+    )
+
+
 def _immediate(connection: sa.Connection) -> sa.Connection:
     # Honoured by SqliteStore's BEGIN handler; other backends ignore the option.
     return connection.execution_options(handrail_immediate=True)
@@ -228,6 +264,17 @@ _MOVE_PLAN = (
     )
 )
 _SELECT_EXECUTION = sa.select(executions).where(_E.idempotency_key == sa.bindparam("k_key"))
+_R = raw_results.c
+_SELECT_RAW = sa.select(raw_results).where(_R.ref == sa.bindparam("k_ref"))
+_LIST_RAW = (
+    sa.select(*(_R[name] for name in _RAW_LISTED))
+    .where(_R.tenant_id == sa.bindparam("k_tenant"))
+    .order_by(_R.created_at.desc(), _R.ref.desc())
+    .limit(sa.bindparam("k_limit"))
+)
+_PURGE_RAW = raw_results.delete().where(
+    _R.expires_at <= sa.bindparam("k_before", type_=_R.expires_at.type),
+)
 
 
 def _replace_statement(*, owner: bool, valid: bool, plan: bool = False) -> sa.Update:
@@ -674,6 +721,45 @@ class SqlStore:
             lambda conn: int(conn.execute(statement).rowcount),
             None,
             single=True,
+        )
+
+    # --- raw results -------------------------------------------------------------------------
+
+    def put_raw(self, record: RawRecord) -> None:
+        """Insert a raw record; a taken ref violates the primary key: StoreError."""
+        row = _raw_row(record)
+        self._write(
+            "raw insert",
+            lambda c: c.execute(raw_results.insert(), row),
+            None,
+            single=True,
+        )
+
+    def get_raw(self, ref: str) -> RawRecord | None:
+        """The record of a ref, with its body."""
+
+        def read(c: sa.Connection) -> RawRecord | None:
+            row = c.execute(_SELECT_RAW, {"k_ref": ref}).mappings().first()
+            return None if row is None else _raw(row)
+
+        return self._read("raw read", read, None)
+
+    def purge_raw(self, *, before: datetime) -> int:
+        """Delete the records with `expires_at <= before`; how many."""
+        return self._write(
+            "raw purge",
+            lambda c: int(c.execute(_PURGE_RAW, {"k_before": _utc(before)}).rowcount),
+            None,
+            single=True,
+        )
+
+    def list_raw(self, *, tenant_id: str, limit: int = 50) -> list[RawRecord]:
+        """A tenant's records, newest first, bodies left out (never read from disk)."""
+        params = {"k_tenant": tenant_id, "k_limit": max(0, limit)}
+        return self._read(
+            "raw list",
+            lambda c: [_raw(r) for r in c.execute(_LIST_RAW, params).mappings()],
+            None,
         )
 
     @contextmanager

@@ -1,0 +1,160 @@
+"""The audit trail of one call: each stage's outcome and time, emitted together.
+
+Stages only note their outcome as the call goes; the events are built once, at the end,
+so every event of the call shares one subject (ids, tool, argument hash and summary).
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from handrail.audit import Auditor, AuditSubject, summarize_arguments
+from handrail.canonical import canonical_json, sha256_hex
+from handrail.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from handrail.calls import ToolCall
+    from handrail.clock import Clock
+    from handrail.definition import Tool
+    from handrail.guard import ConversationGuard
+    from handrail.principal import Principal
+
+__all__ = ["MAX_NAME_IN_AUDIT", "CallTrail", "count_denial", "describe_exception"]
+
+_MAX_DETAIL = 8000
+
+MAX_NAME_IN_AUDIT = 128
+"""Tool names as proposed are clipped to this many characters in audit rows."""
+
+
+class CallTrail:
+    """Times one call's stages; at the end, emits one event per stage about one subject.
+
+    Recording a stage only notes its outcome and time; the events are built once, when
+    the call is over, so every event of the call shares the same subject.
+    """
+
+    __slots__ = ("_auditor", "_clock", "_mark", "_stages", "_subject")
+
+    def __init__(
+        self,
+        auditor: Auditor,
+        clock: Clock,
+        call: ToolCall,
+        principal: Principal,
+    ) -> None:
+        self._auditor = auditor
+        self._clock = clock
+        self._stages: list[tuple[str, str, str | None, str | None, float, datetime]] = []
+        self._mark = clock.monotonic()
+        self._subject: dict[str, Any] = {
+            "request_id": principal.request_id,
+            "tool_call_id": str(call.id)[:256],
+            "tool": str(call.name)[:MAX_NAME_IN_AUDIT],
+            "user_id": principal.user_id,
+            "tenant_id": principal.tenant_id,
+        }
+
+    def tool(self, tool: Tool) -> None:
+        """The call reached a registered tool: note its schema version."""
+        self._subject["schema_version"] = tool.spec.schema_version
+
+    def arguments(self, arguments: object) -> None:
+        """The parsed arguments: their hash and a short redacted summary."""
+        try:
+            digest = sha256_hex(canonical_json(arguments))
+        except ValueError:
+            digest = None
+        self._subject["args_hash"] = digest
+        self._subject["args_summary"] = summarize_arguments(arguments)
+
+    def raw_arguments(self, raw: object) -> None:
+        """Arguments that could not be parsed: their hash and size only."""
+        if isinstance(raw, str):
+            data = raw.encode("utf-8", "surrogatepass")
+        elif isinstance(raw, bytes | bytearray | memoryview):
+            data = bytes(raw)
+        else:
+            data = repr(type(raw)).encode()
+        self._subject["args_hash"] = sha256_hex(data)
+        self._subject["args_summary"] = f"[unparsed: {len(data)} bytes]"
+
+    def record(
+        self,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Note the outcome of `stage` and the time it took since the previous one."""
+        now = self._clock.monotonic()
+        self._stages.append((stage, decision, code, detail, now - self._mark, self._clock.now()))
+        self._mark = now
+
+    def emit(self) -> None:
+        """Emit one event per recorded stage, all about the same subject."""
+        subject = AuditSubject(**self._subject)
+        event = self._auditor.event
+        self._auditor.emit(
+            [
+                event(
+                    kind="call",
+                    stage=stage,
+                    decision=decision,
+                    subject=subject,
+                    code=code,
+                    duration_ms=round(seconds * 1000, 3),
+                    detail=detail,
+                    at=at,
+                )
+                for stage, decision, code, detail, seconds, at in self._stages
+            ],
+        )
+
+
+async def count_denial(
+    guard: ConversationGuard,
+    *,
+    principal: Principal,
+    conversation: str,
+    tool: str,
+    target: str | None,
+    trail: CallTrail | None,
+) -> None:
+    """Tell the guard about a PERMISSION_DENIED; audit the breaker when this one trips it.
+
+    The envelope is already a refusal; a guard whose state cannot be written must not
+    turn it into an exception, so a failure here is audited and the refusal stands.
+    """
+    try:
+        tripped = await guard.record_denial(principal, conversation, tool=tool, target=target)
+    except Exception as exc:  # noqa: BLE001 - the gate's boundary: the refusal is already made
+        if trail:
+            trail.record("guard", "error", detail=describe_exception(exc))
+        return
+    if tripped and trail:
+        trail.record(
+            "guard",
+            "tripped",
+            code=ErrorCode.BUDGET_EXHAUSTED,
+            detail=(
+                f"breaker: {guard.max_denials} denials in this conversation; every further "
+                f"call in it is refused"
+            ),
+        )
+
+
+def describe_exception(exc: BaseException) -> str:
+    """Full text of an exception for the audit log (operators only), bounded.
+
+    Both ends are kept: the head names the frames and the exception type, the tail the
+    end of the message, so a huge message cannot push out what the error was.
+    """
+    text = "".join(traceback.format_exception(exc))
+    if len(text) <= _MAX_DETAIL:
+        return text
+    half = (_MAX_DETAIL - 40) // 2
+    return f"{text[:half]}\n…[{len(text) - 2 * half} characters cut]…\n{text[-half:]}"

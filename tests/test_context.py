@@ -1,0 +1,98 @@
+"""ToolContext: the facts a running tool may know, and its access to declared secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+
+from handrail import Principal, RiskLevel, ToolContext, tool
+from handrail.credentials import (
+    SecretAccessError,
+    SecretAccessReason,
+    SecretLedger,
+    Secrets,
+    StaticSecretProvider,
+)
+from handrail.testing import FixedClock
+
+API_KEY = "sk-live-7Hq2x9Lm4Pz"
+
+
+@tool(risk=RiskLevel.L1_INTERNAL_READ, secrets={"crm.api_key"})
+def lookup(customer: str, ctx: ToolContext) -> str:
+    """Look a customer up in the CRM."""
+    return f"{customer} via {len(ctx.secret('crm.api_key'))}-char key"
+
+
+def _context(secrets: Secrets | None = None, *, tenant_id: str = "t1") -> ToolContext:
+    clock = FixedClock(datetime(2026, 5, 1, tzinfo=UTC))
+    return ToolContext(
+        principal=Principal(user_id="u1", tenant_id=tenant_id),
+        call_id="call-1",
+        tool=lookup.spec.name,
+        deadline=clock.monotonic() + 5,
+        clock=clock,
+        secrets=secrets,
+    )
+
+
+def _secrets(ledger: SecretLedger, *, tenant_id: str = "t1") -> Secrets:
+    return Secrets(
+        StaticSecretProvider({("t1", "crm.api_key"): API_KEY, ("t1", "db"): "db-password-1"}),
+        tenant_id=tenant_id,
+        allowed=lookup.spec.secrets,
+        tool=lookup.spec.name,
+        ledger=ledger,
+    )
+
+
+def test_a_tool_reads_a_declared_secret_through_its_context() -> None:
+    ledger = SecretLedger()
+    ctx = _context(_secrets(ledger))
+    assert ctx.secret("crm.api_key") == API_KEY
+    assert ledger.scrub(f"Bearer {API_KEY}") == "Bearer [SECRET:crm.api_key]"
+
+
+def test_a_context_without_a_provider_refuses_every_secret() -> None:
+    ctx = _context()
+    with pytest.raises(SecretAccessError) as raised:
+        ctx.secret("crm.api_key")
+    assert raised.value.reason is SecretAccessReason.NOT_CONFIGURED
+    assert raised.value.tool == lookup.spec.name
+
+
+def test_a_secret_the_tool_did_not_declare_is_refused_even_if_the_provider_has_it() -> None:
+    ledger = SecretLedger()
+    ctx = _context(_secrets(ledger))
+    with pytest.raises(SecretAccessError) as raised:
+        ctx.secret("db")
+    assert raised.value.reason is SecretAccessReason.UNDECLARED
+    assert len(ledger) == 0
+
+
+def test_the_context_reads_secrets_for_the_principals_tenant_only() -> None:
+    ctx = _context(_secrets(SecretLedger(), tenant_id="t2"), tenant_id="t2")
+    with pytest.raises(SecretAccessError) as raised:
+        ctx.secret("crm.api_key")
+    assert raised.value.reason is SecretAccessReason.MISSING
+
+
+def test_the_context_repr_names_handles_but_never_a_value() -> None:
+    ctx = _context(_secrets(SecretLedger()))
+    ctx.secret("crm.api_key")
+    shown = repr(ctx)
+    assert API_KEY not in shown
+    assert "allowed=['crm.api_key']" in shown
+
+
+def test_the_secrets_of_a_context_cannot_be_swapped() -> None:
+    ctx = _context()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.secrets = _secrets(SecretLedger())  # type: ignore[misc]
+
+
+def test_the_secrets_parameter_stays_out_of_the_model_facing_schema() -> None:
+    assert set(lookup.spec.input_schema["properties"]) == {"customer"}
+    assert lookup.spec.secrets == frozenset({"crm.api_key"})
