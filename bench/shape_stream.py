@@ -7,8 +7,9 @@ measures, one after the other:
   wc -c FILE        wall time of the process (GNU wc takes a regular file's size from
                     fstat/lseek and reads no data: a floor, not a reader)
   wc -l FILE        wall time of the process (reads every byte: the streaming baseline)
-  shape file        TextStream.from_path(FILE, kind=LOG) + shape_stream into
-                    ExcerptLimits(max_chars=16_384), in a fresh child process
+  shape file        a tool returns TextStream.from_path(FILE, kind=LOG) and the Shaper
+                    (as the gate uses it: excerpt, redaction, budget) turns it into an
+                    envelope whose data fits 16,384 characters, in a fresh child process
   shape generator   the same bytes from a Python generator (no file), in a child process
 
 Each child reports its own wall time for the shaping alone and its peak RSS
@@ -38,8 +39,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from handrail.shaping.excerpt import ExcerptLimits
-from handrail.shaping.stream import StreamKind, TextStream, shape_stream
+from handrail.definition import tool
+from handrail.principal import Principal
+from handrail.shaping.budget import json_size
+from handrail.shaping.redact import Redactor
+from handrail.shaping.shaper import Shaper
+from handrail.shaping.stream import StreamKind, TextStream
+from handrail.spec import RiskLevel
+
+
+@tool(risk=RiskLevel.L0_PUBLIC_READ, name="build_log")
+async def _build_log() -> None:
+    """The tool whose result is shaped (its spec only; the stream is passed in)."""
+
 
 MIB = 1024 * 1024
 MAX_CHARS = 16_384
@@ -99,29 +111,36 @@ def write_log(path: Path, size: int) -> None:
 
 def _child(mode: str, path: str, size: int) -> int:
     """Shape once and print what it took, as JSON on one line."""
-    limits = ExcerptLimits(max_chars=MAX_CHARS)
+    shaper = Shaper(redactor=Redactor(hash_key=b"b" * 32), max_chars=MAX_CHARS)
+    principal = Principal(user_id="bench", tenant_id="bench")
     if mode == "idle":
-        seconds, excerpt = 0.0, None
+        seconds, envelope = 0.0, None
     else:
         if mode == "file":
             stream = TextStream.from_path(path, kind=StreamKind.LOG, chunk_size=CHUNK)
         else:
             stream = TextStream(log_pieces(size), kind=StreamKind.LOG, chunk_size=CHUNK)
         start = time.perf_counter()
-        excerpt = asyncio.run(shape_stream(stream, limits))
+        envelope = asyncio.run(
+            shaper.shape(call_id="b", spec=_build_log.spec, principal=principal, result=stream)
+        )
         seconds = time.perf_counter() - start
     report: dict[str, object] = {
         "seconds": seconds,
         "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
-    if excerpt is not None:
+    if envelope is not None:
+        data = envelope.data
         report["excerpt"] = {
-            "text_chars": len(excerpt.text),
-            "total_chars": excerpt.total_chars,
-            "total_lines": excerpt.total_lines,
-            "failures": len(excerpt.failures),
-            "failed_tests": len(excerpt.failed_tests),
-            "exit_code": excerpt.exit_code,
+            "status": envelope.status.value,
+            "data_json_chars": json_size(data),
+            "text_chars": len(data["text"]),
+            "total_chars": data["chars"],
+            "total_lines": data["lines"],
+            "failures": len(data["failures"]),
+            "failed_tests": len(data["failed_tests"]),
+            "exit_code": data["exit_code"],
+            "redacted": dict(envelope.redacted),
         }
     print(json.dumps(report))
     return 0

@@ -10,6 +10,7 @@ before lookup (breaker) and after the policy's decision (bypass).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 from collections.abc import Callable, Coroutine, Sequence
@@ -57,6 +58,7 @@ __all__ = ["Gate"]
 
 T = TypeVar("T")
 
+_CACHED_AUDIT_TEXT = 512
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _ASKS = {Outcome.CONFIRM: ConfirmationMode.CONFIRM, Outcome.APPROVE: ConfirmationMode.APPROVE}
 
@@ -102,6 +104,9 @@ class Gate:
         # Every secret value handed to a tool, to scrub from results, audit and logs.
         self._ledger = writes.ledger if writes is not None else SecretLedger()
         self._secrets = secrets
+        # Argument summaries and short details repeat (same tool, same arguments, the
+        # same refusal): their redaction is remembered, bounded.
+        self._redact_short = functools.lru_cache(maxsize=4096)(self._shaper.redact_text)
         self._auditor = Auditor(audit, self._clock, new_id=new_id, scrub=self._scrub)
         # The results of one model turn share this; each call gets an equal part.
         self._turn = turn_budget or Budget(max_chars=4 * max_result_chars)
@@ -648,7 +653,9 @@ class Gate:
         """Audit text without known secret values or the redactor's findings."""
         if len(self._ledger):
             text = self._ledger.scrub(text)
-        return self._shaper.redact_text(text)
+        if len(text) > _CACHED_AUDIT_TEXT:
+            return self._shaper.redact_text(text)
+        return self._redact_short(text)
 
     def _context(
         self, tool: Tool, principal: Principal, call: ToolCall, deadline: float
