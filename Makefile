@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping lock clean
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping lock clean system-packages
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -43,14 +43,28 @@ $(VENV)/.synced-bench: $(UV) pyproject.toml requirements/bench.txt
 	@rm -f $(VENV)/.synced
 	@touch $@
 
+# Programs the built-in tools wrap, from Debian's packages: ripgrep (search_text) and
+# bubblewrap (the command sandbox). Installed when missing and we may (root with apt);
+# otherwise their tests skip with a reason, except under CI=true, where they fail.
+SYSTEM_PROGRAMS := rg bwrap
+system-packages:
+	@missing=""; for p in $(SYSTEM_PROGRAMS); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing ripgrep and bubblewrap (missing:$$missing)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q ripgrep bubblewrap >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ripgrep bubblewrap >/dev/null; }; \
+	  else echo "warning: missing$$missing; install ripgrep and bubblewrap (their tests will skip)"; fi; \
+	fi
+
 lock: $(UV)
 	$(UV) pip compile pyproject.toml --group dev $(LOCK_FLAGS) -o requirements/dev.txt
 	$(UV) pip compile pyproject.toml --group dev --group bench $(LOCK_FLAGS) -o requirements/bench.txt
 
-demo: $(VENV)/.synced
+demo: $(VENV)/.synced system-packages
 	$(VENV)/bin/handrail demo
 
-test: $(VENV)/.synced
+test: $(VENV)/.synced system-packages
 	$(VENV)/bin/python -m pytest --cov --cov-branch --cov-report=term --cov-fail-under=95 $(PYTEST_ARGS)
 
 lint: $(VENV)/.synced

@@ -228,6 +228,18 @@ async def test_a_version_change_after_confirmation_writes_nothing(store: Store) 
     assert (await world.writes.get_plan(plan_id, ALICE)).state is PlanState.REJECTED
 
 
+async def test_an_executed_plan_replays_after_its_target_moved_on(store: Store) -> None:
+    world = _world(store, versioned=True)
+    plan_id = await world.confirmed()
+    first = await world.writes.execute_plan(plan_id, ALICE)
+    world.downstream.version = "v2"  # the write (or a later one) moved the target on
+    again = await world.writes.execute_plan(plan_id, ALICE)
+    assert again.replayed
+    assert again.envelope.data == first.envelope.data
+    assert world.downstream.calls == 1
+    assert (await world.writes.get_plan(plan_id, ALICE)).state is PlanState.EXECUTED
+
+
 async def test_the_plan_binds_the_version_seen_at_proposal(store: Store) -> None:
     world = _world(store, versioned=True)
     world.downstream.version = "v9"

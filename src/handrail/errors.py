@@ -11,11 +11,12 @@ Three families, never mixed:
     ├── UnknownToolError           lookup of a name the registry does not hold
     ├── ConfigurationError         the gate or store was set up wrongly
     ├── StoreError                 persistence failed
-    ├── WriteRefusedError          a confirmation or execution request refused, with a code
+    ├── AccessRefusedError         a request of a person refused, with a code
+    │   └── WriteRefusedError      a confirmation or execution request refused
     └── IllegalTransitionError     a state machine was asked for a move it does not allow
 
     ToolSignal                     raised by tool authors: a declared outcome with a code
-    ├── NotFound, Conflict, NeedsClarification     (stage 3 validators and tools)
+    ├── NotFound, Conflict, InvalidArgument, NeedsClarification   (stage 3 validators, tools)
     ├── VersionConflict                            the target changed since confirmation
     ├── ToolFailed                                 terminal failure the tool understands
     └── ToolRetryable                              transient; carries retry_after
@@ -41,6 +42,7 @@ __all__ = [
     "HandrailError",
     "IdentityParameterError",
     "IllegalTransitionError",
+    "InvalidArgument",
     "NeedsClarification",
     "NotFound",
     "RateLimited",
@@ -189,6 +191,17 @@ class Conflict(ToolSignal):
     """The object is in a state that forbids the request."""
 
     code = ErrorCode.CONFLICT
+
+
+class InvalidArgument(ToolSignal):
+    """An argument passed the schema but the tool cannot take it.
+
+    A value outside the declared type or constraints, a path outside the workspace or
+    through a symbolic link, malformed input. The model may correct it and call again.
+    """
+
+    code = ErrorCode.INVALID_ARGUMENTS
+    retryable = True
 
 
 class NeedsClarification(ToolSignal):

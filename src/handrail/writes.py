@@ -534,6 +534,11 @@ class Writes:
             )
             current = await _call(tool.resolve_version, tool.bind(plan.argument_values).value, ctx)
             if (None if current is None else str(current)) != plan.expected_version:
+                existing = await self._io(self._store.get_execution, key)
+                if existing is not None and existing.status is not ExecutionStatus.PREPARED:
+                    # It ran already: the target moved on by it (or after it); replay.
+                    replayed = await self.executor.replay(job, existing, deadline=deadline)
+                    return await self._shaped(replayed, principal)
                 await self.reject(plan_id, principal)
                 raise self._refuse(
                     plan,

@@ -1,0 +1,151 @@
+"""The bubblewrap command line of a sandboxed run: what the command can see and do.
+
+Owns the mounts (a read-only /usr and the links or binds of /bin and /lib*, a fresh
+/proc, /dev and /tmp, a minimal /etc, the configured read-only paths, the writable
+workspace copy at /workspace), the namespaces (pid, network, ipc, uts, cgroup), the
+clean environment and the drop to an unprivileged user inside. It never runs anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+__all__ = ["WORKSPACE", "BwrapLayout", "UserSwitch", "bwrap_argv", "etc_files", "probe_argv"]
+
+WORKSPACE = "/workspace"
+"""Where the workspace copy is mounted, and the command's working directory."""
+SANDBOX_HOME = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, not the host's /tmp
+SANDBOX_NAME = "sandbox"
+_TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_ETC_BINDS = (
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+)
+"""Host files of /etc the dynamic linker and alternatives need; no names, keys or hosts."""
+_NAMESPACES = (
+    "--unshare-ipc",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--hostname",
+    SANDBOX_NAME,
+    "--die-with-parent",
+    "--new-session",
+)
+RESERVED = ("/", "/usr", "/proc", "/dev", "/tmp", "/etc", WORKSPACE)  # noqa: S108
+"""Mount points a configured read-only path may not replace or go below (but /etc, /tmp)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserSwitch:
+    """Become `uid`:`gid`, with no supplementary groups, through the `setpriv` program."""
+
+    setpriv: str
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BwrapLayout:
+    """Everything of one run that the bubblewrap command line depends on."""
+
+    bwrap: str
+    workspace_copy: Path
+    etc_dir: Path
+    """Holds the synthesized passwd, group and hosts files."""
+    read_only: Sequence[PurePosixPath]
+    env: Mapping[str, str]
+    tmp_bytes: int
+    switch: UserSwitch | None
+    """The user to become inside, or None to stay the user bubblewrap runs as."""
+
+
+def etc_files(uid: int, gid: int) -> dict[str, str]:
+    """The /etc files written for the sandbox: its one user and group, and localhost."""
+    return {
+        "passwd": f"{SANDBOX_NAME}:x:{uid}:{gid}:{SANDBOX_NAME}:{SANDBOX_HOME}:/usr/sbin/nologin\n",
+        "group": f"{SANDBOX_NAME}:x:{gid}:\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    }
+
+
+def bwrap_argv(layout: BwrapLayout, argv: Sequence[str]) -> list[str]:
+    """The full command line: bubblewrap, its options, then the command."""
+    args = [layout.bwrap, *_NAMESPACES, "--clearenv"]
+    for name, value in layout.env.items():
+        args += ["--setenv", name, value]
+    args += _system()
+    args += ["--perms", "1777", "--size", str(layout.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for path in _ETC_BINDS:
+        args += ["--ro-bind-try", path, path]
+    for name in ("passwd", "group", "hosts"):
+        args += ["--ro-bind", str(layout.etc_dir / name), f"/etc/{name}"]
+    args += _read_only(layout.read_only)
+    args += ["--bind", str(layout.workspace_copy), WORKSPACE, "--chdir", WORKSPACE]
+    return [*args, *_command(layout.switch, argv)]
+
+
+def probe_argv(bwrap: str, switch: UserSwitch | None) -> list[str]:
+    """A run of `true` with the same namespaces and user switch: does the host allow them?"""
+    args = [bwrap, *_NAMESPACES, "--clearenv", *_system()]
+    return [*args, *_command(switch, ["true"])]
+
+
+def _system() -> list[str]:
+    return ["--ro-bind", "/usr", "/usr", *top_level(Path("/")), "--proc", "/proc", "--dev", "/dev"]
+
+
+def top_level(root: Path) -> list[str]:
+    """/bin, /lib and the like as the host has them below `root`: links, or read-only binds."""
+    args: list[str] = []
+    for name in _TOP_LINKS:
+        path = root / name
+        target = f"/{name}"
+        if path.is_symlink():  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", str(path.readlink()), target]
+        elif path.is_dir():
+            args += ["--ro-bind", target, target]
+    return args
+
+
+def _read_only(paths: Sequence[PurePosixPath]) -> list[str]:
+    # bubblewrap makes missing parents of a mount point with mode 0700, which an
+    # unprivileged user cannot pass through; they are made here, readable, first.
+    args: list[str] = []
+    made = {PurePosixPath("/"), PurePosixPath("/etc")}
+    for path in sorted(paths):
+        for parent in reversed(path.parents):
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", str(path), str(path)]
+        made.add(path)
+    return args
+
+
+def _command(switch: UserSwitch | None, argv: Sequence[str]) -> list[str]:
+    if switch is None:
+        return ["--", *argv]
+    # Root inside keeps only the two capabilities it needs to become the user; setpriv
+    # gives them up with the switch, and bubblewrap has set no_new_privs already.
+    return [
+        "--cap-add",
+        "CAP_SETUID",
+        "--cap-add",
+        "CAP_SETGID",
+        "--",
+        switch.setpriv,
+        f"--reuid={switch.uid}",
+        f"--regid={switch.gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--",
+        *argv,
+    ]

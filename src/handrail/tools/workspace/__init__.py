@@ -1,0 +1,1 @@
+"""The workspace tool pack: files, search and patches beneath one root directory."""

@@ -1,0 +1,324 @@
+"""Pages of search matches: their order, skipping, counting and size.
+
+Owns the matches a page shows (`TextMatch` with its `ContextLine`s), building one page
+from matches fed in path order (skip, take, attach context, stop near the character
+budget), and the two sinks for ripgrep's messages: one that holds an unordered search
+to sort it and one that pages an ordered search as it streams. Never runs ripgrep or
+reads a file; whether a file may be shown is asked of the `Admit` callback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from handrail.shaping.budget import json_size
+from handrail.tools.workspace._rg_json import (
+    Kind,
+    Line,
+    LineText,
+    kind,
+    line_size,
+    line_text,
+    message,
+    path_parts,
+)
+
+__all__ = [
+    "Admit",
+    "Collect",
+    "ContextLine",
+    "Page",
+    "Stream",
+    "TextMatch",
+    "sort_key",
+]
+
+_MAX_BUFFERED = 32 << 20
+"""Bytes of matches held to sort one unordered (parallel) search; beyond, search in order."""
+# Characters of JSON around a match and a line (keys, numbers, brackets), for the budget.
+_MATCH_COST = 110
+_LINE_COST = 40
+_RANGE_COST = 12
+
+
+# --- what a page shows -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextLine:
+    """A line shown around a match. `line` is None only for a line too long to read whole."""
+
+    line: int | None
+    text: str
+    cut: bool = False
+    """The line was longer than `text`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextMatch:
+    """One matching line.
+
+    `text` is the line (without its line break) or, for a long line, a window of it
+    that starts `text_start` characters in and shows the first match; `cut` says the
+    line was longer. `ranges` are [start, end) character offsets of the matches within
+    `text`. `before` and `after` are context lines; a line between two close matches is
+    shown once, after the first.
+    """
+
+    path: str
+    line: int | None
+    text: str
+    text_start: int = 0
+    cut: bool = False
+    ranges: tuple[tuple[int, int], ...] = ()
+    before: tuple[ContextLine, ...] = ()
+    after: tuple[ContextLine, ...] = ()
+
+
+def sort_key(parts: Sequence[str]) -> tuple[bytes, ...]:
+    """The order of ripgrep's `--sort path`: name by name, as bytes."""
+    return tuple(os.fsencode(part) for part in parts)
+
+
+def _display(parts: Sequence[str]) -> str:
+    """A path for people and models: bytes that are not UTF-8 shown as U+FFFD."""
+    return "/".join(parts).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+# --- one page --------------------------------------------------------------------------
+
+
+class Page:
+    """Builds one page from matches fed in path order: skips, takes, attaches context."""
+
+    def __init__(
+        self,
+        *,
+        skip: int,
+        limit: int,
+        context: int,
+        max_chars: int,
+        budget: int,
+    ) -> None:
+        self.skip = skip
+        self.limit = limit
+        self.context = context
+        self.max_chars = max_chars
+        self.budget = budget
+        self.used = 0
+        self.seen = 0
+        self.more = False
+        self.items: list[_Hit] = []
+        self._path = ""
+        self._last: _Hit | None = None
+        self._pending: deque[Line] = deque(maxlen=context)
+
+    def begin(self, path: str) -> None:
+        """Start a file's matches."""
+        self._path = path
+        self._last = None
+        self._pending.clear()
+
+    def match(self, line: Line) -> bool:
+        """Take a match; True once the page is full and one more match was seen."""
+        self.seen += 1
+        if self.seen <= self.skip:
+            self._last = None
+            self._pending.clear()
+            return False
+        if len(self.items) >= self.limit or (self.items and self.used >= self.budget):
+            self.more = True
+            return True
+        found = line_text(message(line), self.max_chars)
+        hit = _Hit(path=self._path, text=found)
+        self.used += _MATCH_COST + json_size(self._path) + _cost(found)
+        if self._pending and found.line is not None:
+            lowest = found.line - self.context
+            for raw in self._pending:
+                before = line_text(message(raw), self.max_chars)
+                if before.line is not None and lowest <= before.line < found.line:
+                    hit.before.append(before)
+                    self.used += _cost(before)
+        self._pending.clear()
+        self.items.append(hit)
+        self._last = hit
+        return False
+
+    def context_line(self, line: Line) -> None:
+        """Take a context line: after the last match, or held for the next one."""
+        last = self._last
+        if last is not None and len(last.after) < self.context:
+            after = line_text(message(line), self.max_chars)
+            if (
+                after.line is not None
+                and last.text.line is not None
+                and last.text.line < after.line <= last.text.line + self.context
+            ):
+                last.after.append(after)
+                self.used += _cost(after)
+                return
+        self._pending.append(line)
+
+    def matches(self) -> tuple[TextMatch, ...]:
+        """The page's matches, frozen."""
+        return tuple(hit.freeze() for hit in self.items)
+
+
+def _cost(found: LineText) -> int:
+    """About how many characters a line adds to the result's JSON."""
+    return _LINE_COST + json_size(found.text) + _RANGE_COST * len(found.ranges)
+
+
+@dataclass(slots=True)
+class _Hit:
+    path: str
+    text: LineText
+    before: list[LineText] = field(default_factory=list)
+    after: list[LineText] = field(default_factory=list)
+
+    def freeze(self) -> TextMatch:
+        found = self.text
+        return TextMatch(
+            path=self.path,
+            line=found.line,
+            text=found.text,
+            text_start=found.start,
+            cut=found.cut,
+            ranges=found.ranges,
+            before=tuple(_context(item) for item in self.before),
+            after=tuple(_context(item) for item in self.after),
+        )
+
+
+def _context(found: LineText) -> ContextLine:
+    return ContextLine(line=found.line, text=found.text, cut=found.cut)
+
+
+# --- sinks of ripgrep's messages -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Block:
+    """The messages of one file with matches, kept raw until its page is built."""
+
+    parts: tuple[str, ...]
+    lines: list[tuple[Kind, Line]] = field(default_factory=list)
+    matches: int = 0
+
+
+Admit = Callable[[tuple[str, ...]], bool]
+"""Whether a file ripgrep reported (its path parts) may be shown."""
+
+
+class Collect:
+    """Sink of an unordered search: holds every file's matches, up to the count limit.
+
+    Files are checked (`admit`) when replayed in path order, up to the end of the page:
+    a file the page never reaches is counted in the totals unchecked.
+    """
+
+    def __init__(self, admit: Admit, *, count_limit: int) -> None:
+        self._admit = admit
+        self._count_limit = count_limit
+        self.blocks: list[_Block] = []
+        self.current: _Block | None = None
+        self.matches = 0
+        self.refused = 0
+        self.refused_matches = 0
+        self.summary: dict[str, Any] | None = None
+        self._bytes = 0
+
+    def take(self, line: Line) -> bool:
+        """Hold one message; True once too many matches or bytes are held to sort."""
+        found = kind(line)
+        current = self.current
+        if found is Kind.MATCH or found is Kind.CONTEXT:
+            if current is None:
+                return False
+            current.lines.append((found, line))
+            self._bytes += line_size(line)
+            if found is Kind.MATCH:
+                current.matches += 1
+                self.matches += 1
+            return self.matches > self._count_limit or self._bytes > _MAX_BUFFERED
+        if found is Kind.BEGIN:
+            parts = path_parts(message(line))
+            self.current = None if parts is None else _Block(parts)
+        elif found is Kind.END:
+            self._close()
+        else:
+            data = message(line)
+            if data.get("summary"):
+                self.summary = data
+        return False
+
+    def _close(self) -> None:
+        if self.current is not None and self.current.matches:
+            self.blocks.append(self.current)
+        self.current = None
+
+    def replay(self, page: Page) -> None:
+        """Feed the files held (the unfinished one too), in path order, to `page`."""
+        self._close()
+        for block in sorted(self.blocks, key=lambda item: sort_key(item.parts)):
+            if not self._admit(block.parts):
+                self.refused += 1
+                self.refused_matches += block.matches
+                continue
+            page.begin(_display(block.parts))
+            for found, line in block.lines:
+                if found is Kind.MATCH:
+                    if page.match(line):
+                        return
+                else:
+                    page.context_line(line)
+
+    @property
+    def files(self) -> int:
+        """Files with matches, less those refused so far."""
+        return len(self.blocks) - self.refused
+
+    @property
+    def admitted_matches(self) -> int:
+        """Matching lines, less those of files refused so far."""
+        return self.matches - self.refused_matches
+
+
+class Stream:
+    """Sink of an ordered (`--sort path`) search: feeds a page as ripgrep writes."""
+
+    def __init__(self, admit: Admit, page: Page) -> None:
+        self._admit = admit
+        self._page = page
+        self._open = False
+        self.files = 0
+        self.refused = 0
+        self.summary: dict[str, Any] | None = None
+
+    def take(self, line: Line) -> bool:
+        """Feed one message to the page; True once the page is full."""
+        found = kind(line)
+        if found is Kind.MATCH:
+            return self._open and self._page.match(line)
+        if found is Kind.CONTEXT:
+            if self._open:
+                self._page.context_line(line)
+        elif found is Kind.BEGIN:
+            parts = path_parts(message(line))
+            self._open = parts is not None and self._admit(parts)
+            if parts is not None and self._open:
+                self.files += 1
+                self._page.begin(_display(parts))
+            else:
+                self.refused += 1
+        elif found is Kind.END:
+            self._open = False
+        else:
+            data = message(line)
+            if data.get("summary"):
+                self.summary = data
+        return False
