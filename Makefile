@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping lock clean system-packages
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools lock clean system-packages
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench      gate overhead benchmarks (peers too: make bench-peers)"
 	@echo "make bench-writes  durable executions/s vs a bare INSERT+UPDATE loop"
 	@echo "make bench-shaping 1 GB streamed log -> 16 KB view (RSS, vs wc); redaction MB/s on 100 MB"
+	@echo "make bench-tools   search_text vs rg --json; read_file tail of 100 MB; sandbox start"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -85,6 +86,11 @@ bench-writes: $(VENV)/.synced
 bench-shaping: $(VENV)/.synced
 	$(VENV)/bin/python bench/shape_stream.py
 	$(VENV)/bin/python bench/redaction.py
+
+bench-tools: $(VENV)/.synced system-packages
+	$(VENV)/bin/python bench/search_text.py
+	$(VENV)/bin/python bench/read_file_tail.py
+	$(VENV)/bin/python bench/sandbox_start.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers
