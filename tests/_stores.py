@@ -34,6 +34,7 @@ STORE_TABLES = (
     "plan_approvals",
     "executions",
     "raw_results",
+    "runs",
 )
 
 RACE_TIMEOUT_S = 60.0

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import os
 import random
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from handrail.audit import Auditor, AuditSink
@@ -40,6 +40,7 @@ from handrail.principal import Principal
 from handrail.quota import Limiter
 from handrail.registry import Registry
 from handrail.retry import Sleep, retrying
+from handrail.scheduler import CallPlan, TurnScheduler
 from handrail.shaping.budget import Budget, json_text
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
@@ -88,6 +89,7 @@ class Gate:
         shaper: Shaper | None = None,
         secrets: SecretProvider | None = None,
         max_concurrency: int = 8,
+        bulkheads: Mapping[str, int] | None = None,
         new_id: Callable[[], str] | None = None,
         writes: Writes | None = None,
         sleep: Sleep = asyncio.sleep,
@@ -117,7 +119,9 @@ class Gate:
         self._guard = guard
         self._limits = limits or ArgumentLimits()
         self._default_timeout = default_timeout
-        self._max_concurrency = max_concurrency
+        self._scheduler = TurnScheduler(
+            max_concurrency=max_concurrency, bulkheads=bulkheads, clock=self._clock
+        )
         # None: writes are refused with RISK_BLOCKED (a read-only gate).
         self._writes = writes
         # Retry backoff of reads: injected so tests neither wait nor guess.
@@ -326,74 +330,53 @@ class Gate:
         timeout: float | None = None,
         conversation: str | None = None,
         exposure: Exposure | None = None,
+        command_ids: Mapping[str, str] | None = None,
     ) -> list[Envelope]:
         """Handle the calls of one model turn; envelopes come back in call order.
 
-        Read-only calls run concurrently (at most `max_concurrency` at once) under one
-        shared deadline; everything else runs afterwards, one at a time, in order. A
-        repeated call id is refused, since results are matched by id. The turn's result
-        budget is split equally among its calls.
+        Scheduled by `TurnScheduler`: independent read-only calls run concurrently (at
+        most `max_concurrency` at once, and per tool its bulkhead); each write waits for
+        every earlier call and holds back every later one, in the model's order. All
+        share one deadline. A repeated call id is refused, since results are matched by
+        id. The turn's result budget is split equally among its calls. `command_ids`
+        gives the host's command id of each write, by call id.
         """
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
-        results: list[Envelope | None] = [None] * len(calls)
+        results: dict[int, Envelope] = {}
         seen: set[str] = set()
-        concurrent: list[int] = []
-        serial: list[int] = []
+        plans: list[CallPlan] = []
+        indexes: list[int] = []
         for index, call in enumerate(calls):
             if call.id in seen:
                 results[index] = self._duplicate_id(call, principal)
                 continue
             seen.add(call.id)
             found = self._registry.lookup(call.name, principal)
-            (concurrent if found is not None and found.spec.read_only else serial).append(index)
-
-        limit = asyncio.Semaphore(self._max_concurrency)
-        share = self._share_of(len(concurrent) + len(serial))
-
-        async def bounded(index: int) -> None:
-            async with limit:
-                results[index] = await self._handle_by(
-                    calls[index],
-                    principal,
-                    deadline,
-                    conversation,
-                    exposure,
-                    share=share,
-                )
-
-        async with asyncio.TaskGroup() as group:
-            for index in concurrent:
-                group.create_task(bounded(index))
-        for index in serial:
-            results[index] = await self._handle_by(
-                calls[index],
-                principal,
-                deadline,
-                conversation,
-                exposure,
-                share=share,
+            plans.append(
+                CallPlan(
+                    call=call,
+                    read_only=found is not None and found.spec.read_only,
+                    tool=found.spec.name if found is not None else None,
+                ),
             )
-        return [r for r in results if r is not None]
+            indexes.append(index)
+        share = self._share_of(len(plans))
+        commands = command_ids or {}
 
-    async def _handle_by(
-        self,
-        call: ToolCall,
-        principal: Principal,
-        deadline: float,
-        conversation: str | None,
-        exposure: Exposure | None,
-        *,
-        share: Budget,
-    ) -> Envelope:
-        """`handle` under a deadline and result budget shared with other calls."""
-        return await self.handle(
-            call,
-            principal,
-            timeout=deadline - self._clock.monotonic(),
-            conversation=conversation,
-            exposure=exposure,
-            _share=share,
-        )
+        async def execute(call: ToolCall, until: float) -> Envelope:
+            return await self.handle(
+                call,
+                principal,
+                timeout=until - self._clock.monotonic(),
+                conversation=conversation,
+                exposure=exposure,
+                command_id=commands.get(call.id),
+                _share=share,
+            )
+
+        envelopes = await self._scheduler.run(plans, execute, deadline=deadline)
+        results.update(zip(indexes, envelopes, strict=True))
+        return [results[index] for index in range(len(calls))]
 
     def _share_of(self, calls: int) -> Budget:
         """Each call's equal part of the turn's result budget."""

@@ -123,3 +123,17 @@ raw_results = sa.Table(
     sa.Index("ix_raw_results_expires", "expires_at"),
     sa.Index("ix_raw_results_tenant_created", "tenant_id", "created_at"),
 )
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    sa.Column("data", sa.Text(), nullable=False),
+    sa.Index("ix_runs_tenant_updated", "tenant_id", "updated_at"),
+)

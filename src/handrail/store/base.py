@@ -17,12 +17,13 @@ from handrail.audit import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
+from handrail.runs import RunRecord, RunState
 
 __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state of Handrail: audit trail, plans, nonces, approvals, executions, raw results."""
+    """Durable state of Handrail: audit, plans, nonces, approvals, executions, raw results, runs."""
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
@@ -162,6 +163,35 @@ class Store(Protocol):
         Bodies are left out (`b""`) so a listing never loads megabytes; `size` and
         `complete` still describe the stored body, which `get_raw` returns.
         """
+        ...
+
+    # --- runs --------------------------------------------------------------------------------
+
+    def insert_run(self, record: RunRecord) -> bool:
+        """Store a new run; False (and nothing written) if its id is taken."""
+        ...
+
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
+        """Write `record` over the stored run if that run is still at `expect_version`.
+
+        `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
+        Only state, version, updated_at and data change: the tenant, user and creation
+        time are fixed at insert. False (nothing written) for an unknown or moved run.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run of an id, or None."""
+        ...
+
+    def list_runs(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: RunState | None = None,
+        limit: int = 50,
+    ) -> list[RunRecord]:
+        """Matching runs, most recently updated first (ties: greater run id first)."""
         ...
 
     def close(self) -> None:

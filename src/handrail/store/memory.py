@@ -16,6 +16,7 @@ from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
+from handrail.runs import RunRecord, RunState, check_successor
 from handrail.spec import ConfirmationMode
 
 __all__ = ["MemoryStore"]
@@ -35,6 +36,7 @@ class MemoryStore:
         self._approvals: dict[str, set[str]] = {}
         self._executions: dict[str, ExecutionRecord] = {}
         self._raw: dict[str, RawRecord] = {}
+        self._runs: dict[str, RunRecord] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""
@@ -255,6 +257,54 @@ class MemoryStore:
         found.sort(key=lambda r: (r.created_at, r.ref), reverse=True)
         return [dataclasses.replace(r, body=b"") for r in found[: max(0, limit)]]
 
+    def insert_run(self, record: RunRecord) -> bool:
+        """Store a new run unless its id is taken."""
+        record = _utc_run(record)
+        with self._lock:
+            if record.run_id in self._runs:
+                return False
+            self._runs[record.run_id] = record
+            return True
+
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
+        """Compare-and-set the run on its version; identity fields stay as inserted."""
+        check_successor(record, expect_version=expect_version)
+        with self._lock:
+            found = self._runs.get(record.run_id)
+            if found is None or found.version != expect_version:
+                return False
+            self._runs[record.run_id] = dataclasses.replace(
+                found,
+                state=record.state,
+                version=record.version,
+                updated_at=record.updated_at.astimezone(UTC),
+                data=record.data,
+            )
+            return True
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run of an id."""
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def list_runs(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: RunState | None = None,
+        limit: int = 50,
+    ) -> list[RunRecord]:
+        """Matching runs, most recently updated first."""
+        with self._lock:
+            found = [
+                r
+                for r in self._runs.values()
+                if (tenant_id is None or r.tenant_id == tenant_id)
+                and (state is None or r.state is state)
+            ]
+        found.sort(key=lambda r: (r.updated_at, r.run_id), reverse=True)
+        return found[: max(0, limit)]
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -266,3 +316,12 @@ def _due(record: ExecutionRecord, now: datetime) -> bool:
     if record.status is ExecutionStatus.UNKNOWN:
         return lease_free and record.next_check_at is not None and record.next_check_at <= now
     return False
+
+
+def _utc_run(record: RunRecord) -> RunRecord:
+    # Times read back in UTC, as from the SQL stores.
+    return dataclasses.replace(
+        record,
+        created_at=record.created_at.astimezone(UTC),
+        updated_at=record.updated_at.astimezone(UTC),
+    )

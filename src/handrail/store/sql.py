@@ -25,6 +25,7 @@ from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.raw import RawRecord
+from handrail.runs import RunRecord, RunState, check_successor
 from handrail.spec import ConfirmationMode, RiskLevel
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ from handrail.store._tables import (
     plan_nonces,
     plans,
     raw_results,
+    runs,
 )
 
 __all__ = [
@@ -277,6 +279,46 @@ _PURGE_RAW = raw_results.delete().where(
 )
 
 
+_U = runs.c
+_SELECT_RUN = sa.select(runs).where(_U.run_id == sa.bindparam("k_run"))
+_UPDATE_RUN = (
+    runs.update()
+    .where(_U.run_id == sa.bindparam("k_run"), _U.version == sa.bindparam("k_version"))
+    .values(
+        state=sa.bindparam("v_state"),
+        version=sa.bindparam("v_version"),
+        updated_at=sa.bindparam("v_at", type_=_U.updated_at.type),
+        data=sa.bindparam("v_data", type_=_U.data.type),
+    )
+)
+
+
+def _run_row(record: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "tenant_id": record.tenant_id,
+        "user_id": record.user_id,
+        "state": record.state.value,
+        "version": record.version,
+        "created_at": _utc(record.created_at),
+        "updated_at": _utc(record.updated_at),
+        "data": record.data,
+    }
+
+
+def _run(row: sa.RowMapping) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        state=RunState(row["state"]),
+        version=row["version"],
+        created_at=_aware(row["created_at"]),
+        updated_at=_aware(row["updated_at"]),
+        data=row["data"],
+    )
+
+
 def _replace_statement(*, owner: bool, valid: bool, plan: bool = False) -> sa.Update:
     conditions = [
         _E.idempotency_key == sa.bindparam("k_key"),
@@ -367,6 +409,7 @@ class _Statements:
         self.insert_approval = _ignoring_conflict(dialect, plan_approvals)
         self.insert_execution = insert_execution_statement(dialect)
         self.claim_execution = claim_statement(dialect)
+        self.insert_run = _ignoring_conflict(dialect, runs)
 
 
 class SqlStore:
@@ -759,6 +802,65 @@ class SqlStore:
         return self._read(
             "raw list",
             lambda c: [_raw(r) for r in c.execute(_LIST_RAW, params).mappings()],
+            None,
+        )
+
+    # --- runs --------------------------------------------------------------------------------
+
+    def insert_run(self, record: RunRecord) -> bool:
+        """Insert unless the id exists: INSERT ... ON CONFLICT DO NOTHING."""
+        row = _run_row(record)
+        return self._write(
+            "run insert",
+            lambda c: c.execute(self._sql.insert_run, row).rowcount == 1,
+            None,
+            single=True,
+        )
+
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
+        """Compare-and-set on the version: one UPDATE ... WHERE run_id AND version."""
+        check_successor(record, expect_version=expect_version)
+        params = {
+            "k_run": record.run_id,
+            "k_version": expect_version,
+            "v_state": record.state.value,
+            "v_version": record.version,
+            "v_at": _utc(record.updated_at),
+            "v_data": record.data,
+        }
+        return self._write(
+            "run update",
+            lambda c: c.execute(_UPDATE_RUN, params).rowcount == 1,
+            None,
+            single=True,
+        )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run of an id."""
+
+        def read(c: sa.Connection) -> RunRecord | None:
+            row = c.execute(_SELECT_RUN, {"k_run": run_id}).mappings().first()
+            return None if row is None else _run(row)
+
+        return self._read("run read", read, None)
+
+    def list_runs(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: RunState | None = None,
+        limit: int = 50,
+    ) -> list[RunRecord]:
+        """Matching runs, most recently updated first."""
+        query = sa.select(runs).order_by(_U.updated_at.desc(), _U.run_id.desc())
+        if tenant_id is not None:
+            query = query.where(_U.tenant_id == tenant_id)
+        if state is not None:
+            query = query.where(_U.state == state.value)
+        query = query.limit(max(0, limit))
+        return self._read(
+            "runs read",
+            lambda c: [_run(r) for r in c.execute(query).mappings()],
             None,
         )
 

@@ -1,0 +1,687 @@
+"""Loop overhead per tool call inside a run: Handrail's agent loop against peer frameworks.
+
+A run asks a fake model for N turns of one `echo(x)` call each (distinct arguments,
+ids `call_0` ...), runs each call, sends the result back and ends on a final text. The
+marginal per-call cost is (time of a run of N calls - time of a run of 0 calls) / N:
+what one more tool-calling turn costs inside a loop, with the fixed cost of starting a
+run taken out. The fake models do no I/O, so everything measured is loop machinery.
+
+Handrail: while `handrail.loop.agent.AgentLoop` is not there, the loop is composed here
+from what the real loop does per step: `BudgetTracker.before_step`, a `ModelRequest` of
+the transcript to `ScriptedModelClient.complete`, `record_usage` (priced), the
+`CallIdLedger`, `admit_call`, `Gate.handle_batch`, `record_result`, `pair_results` into
+data blocks, and the transcript grown by both turns. Peers: Pydantic AI's `Agent.run`
+with a `FunctionModel`, and the OpenAI Agents SDK's `Runner.run` with a fake `Model`
+(tracing off). Each framework's fake model builds its replies inside the run.
+
+Method: one event loop; a correctness check per path (N calls ran the tool N times and
+ended on the final text); a warm-up; then K rounds, the paths interleaved round-robin
+(their order rotated every round); in each round and path, R runs of N calls alternate
+with R runs of 0 calls. Reported: medians and minima over rounds of µs per call, the
+median fixed cost of an empty run, and the median of same-round ratios to Handrail.
+Nothing here asserts a time.
+
+    .venv/bin/python bench/loop_overhead.py                  # Handrail only
+    /tmp/benchvenv/bin/python bench/loop_overhead.py --peers # plus Pydantic AI, Agents SDK
+    .venv/bin/python bench/loop_overhead.py --quick --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib.metadata
+import itertools
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from handrail import Gate, MemoryAuditSink, Principal, Registry, RiskLevel, SystemClock, tool
+from handrail.adapters.openai_chat import OpenAIChatAdapter
+from handrail.adapters.transcript import (
+    AssistantTurn,
+    CallIdLedger,
+    Turn,
+    UserTurn,
+    pair_results,
+)
+from handrail.calls import ToolCall
+from handrail.loop.budgets import BudgetTracker, ModelPrice, PriceTable, RunBudget
+from handrail.loop.models import (
+    SCRIPTED_MODEL,
+    ModelReply,
+    ModelRequest,
+    ScriptedModelClient,
+    Usage,
+)
+from handrail.shaping.marking import DataMarker
+
+PROMPT = "Echo the numbers."
+FINAL_TEXT = "done"
+HANDRAIL = "handrail"
+INPUT_TOKENS = 100
+OUTPUT_TOKENS = 20
+DEADLINE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    """What one run ended with: its final text and how often the tool body ran."""
+
+    text: str
+    tool_runs: int
+
+
+RunFn = Callable[[int], Awaitable[RunOutcome]]
+"""One whole run whose fake model asks for the given number of tool-calling turns."""
+
+
+class Tally:
+    """Counts tool executions, so a check can prove the tool really ran."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def make_echo(tally: Tally) -> Callable[[int], Awaitable[dict[str, int]]]:
+    """An `echo(x: int) -> {"x": x}` tool that counts its runs in `tally`."""
+
+    async def echo(x: int) -> dict[str, int]:
+        """Return the argument unchanged."""
+        tally.count += 1
+        return {"x": x}
+
+    return echo
+
+
+def arguments(step: int) -> str:
+    """The JSON arguments of step `step`: distinct per step, so no breaker trips."""
+    return f'{{"x": {step}}}'
+
+
+def call_id(step: int) -> str:
+    """The call id of step `step`."""
+    return f"call_{step}"
+
+
+@dataclass(kw_only=True)
+class Case:
+    """One measured loop, with its per-round samples."""
+
+    key: str
+    label: str
+    api: str
+    run: RunFn
+    group: str = "handrail"
+    reset: Callable[[], None] | None = None
+    """Not timed, after each round's runs (for example: drop captured audit events)."""
+    per_call: list[float] = field(default_factory=list)
+    """Marginal µs per tool call, one per round."""
+    fixed: list[float] = field(default_factory=list)
+    """µs of a run with no tool call, one per round."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """What is reported for one case."""
+
+    key: str
+    label: str
+    group: str
+    api: str
+    median_us: float
+    min_us: float
+    fixed_us: float
+    vs_handrail: float
+    rounds_us: list[float]
+
+
+# --- Handrail ---------------------------------------------------------------------------------
+
+
+def _principal() -> Principal:
+    return Principal(user_id="bench", tenant_id="t1", request_id="req-1")
+
+
+def _script(calls: int) -> list[ModelReply]:
+    usage = Usage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS)
+    replies = [
+        ModelReply(
+            calls=(ToolCall(id=call_id(step), name="echo", arguments=arguments(step)),),
+            usage=usage,
+            finish_reason="tool_calls",
+            model=SCRIPTED_MODEL,
+        )
+        for step in range(calls)
+    ]
+    replies.append(
+        ModelReply(text=FINAL_TEXT, usage=usage, finish_reason="stop", model=SCRIPTED_MODEL)
+    )
+    return replies
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComposedLoop:
+    """The per-step work of Handrail's agent loop, composed from its parts.
+
+    `wire`, when set, renders every request to Chat Completions messages, as a real
+    OpenAI-compatible client would before sending it.
+    """
+
+    gate: Gate
+    principal: Principal
+    adapter: OpenAIChatAdapter
+    tally: Tally
+    wire: bool = False
+    marker: DataMarker = field(default_factory=DataMarker)
+    clock: SystemClock = field(default_factory=SystemClock)
+
+    async def run(self, calls: int) -> RunOutcome:
+        """One run whose scripted model asks for `calls` turns of one call each."""
+        before = self.tally.count
+        definitions = self.adapter.tool_definitions(self.gate.registry.exposed(self.principal))
+        client = ScriptedModelClient(_script(calls), record_requests=False)
+        price = ModelPrice(input_per_million=Decimal(1), output_per_million=Decimal(4))
+        budget = RunBudget(
+            max_steps=calls + 1,
+            deadline_seconds=DEADLINE_SECONDS,
+            max_input_tokens=INPUT_TOKENS * (calls + 1),
+            max_output_tokens=OUTPUT_TOKENS * (calls + 1),
+            max_cost=Decimal(1),
+            prices=PriceTable(prices={SCRIPTED_MODEL: price}),
+            max_tool_calls=calls,
+        )
+        tracker = BudgetTracker(budget, self.clock)
+        tracker.start()
+        ledger = CallIdLedger()
+        transcript: list[Turn] = [UserTurn(text=PROMPT)]
+        while True:
+            tracker.before_step()
+            request = ModelRequest(transcript=transcript, tools=definitions)
+            if self.wire:
+                self.adapter.to_wire(request.transcript)
+            reply = await client.complete(request, timeout=tracker.remaining_seconds())
+            tracker.record_usage(
+                reply.model,
+                input_tokens=reply.usage.input_tokens,
+                output_tokens=reply.usage.output_tokens,
+            )
+            turn_calls = tuple(ledger.admit(reply.calls))
+            transcript.append(AssistantTurn(text=reply.text, calls=turn_calls))
+            if not turn_calls:
+                return RunOutcome(text=reply.text or "", tool_runs=self.tally.count - before)
+            for call in turn_calls:
+                tracker.admit_call(call)
+            envelopes = await self.gate.handle_batch(
+                turn_calls, self.principal, timeout=tracker.remaining_seconds()
+            )
+            for call, envelope in zip(turn_calls, envelopes, strict=True):
+                tracker.record_result(call, envelope)
+            transcript.append(pair_results(turn_calls, envelopes, marker=self.marker))
+
+
+def _registry(tally: Tally) -> Registry:
+    registry = Registry()
+    registry.register(tool(risk=RiskLevel.L0_PUBLIC_READ, name="echo")(make_echo(tally)))
+    return registry
+
+
+def handrail_cases() -> list[Case]:
+    """The composed loop: audit off, memory audit, and with Chat Completions rendering."""
+    api = (
+        "BudgetTracker.before_step; ScriptedModelClient.complete(ModelRequest(transcript, "
+        "tools=Definitions)); record_usage; CallIdLedger.admit; admit_call; "
+        "Gate.handle_batch; record_result; pair_results(marker=DataMarker())"
+    )
+    adapter = OpenAIChatAdapter(strict=True)
+    off_tally = Tally()
+    off = ComposedLoop(
+        gate=Gate(_registry(off_tally), audit=None),
+        principal=_principal(),
+        adapter=adapter,
+        tally=off_tally,
+    )
+    memory = MemoryAuditSink()
+    memory_tally = Tally()
+    with_memory = ComposedLoop(
+        gate=Gate(_registry(memory_tally), audit=memory),
+        principal=_principal(),
+        adapter=adapter,
+        tally=memory_tally,
+    )
+    wire_tally = Tally()
+    wire = ComposedLoop(
+        gate=Gate(_registry(wire_tally), audit=None),
+        principal=_principal(),
+        adapter=adapter,
+        tally=wire_tally,
+        wire=True,
+    )
+    return [
+        Case(key=HANDRAIL, label="handrail loop (composed), audit off", api=api, run=off.run),
+        Case(
+            key="handrail_memory",
+            label="handrail loop (composed), MemoryAuditSink",
+            api=api,
+            run=with_memory.run,
+            reset=memory.events.clear,
+        ),
+        Case(
+            key="handrail_wire",
+            label="handrail loop (composed), audit off, + OpenAIChatAdapter.to_wire per turn",
+            api=api + "; OpenAIChatAdapter.to_wire(request.transcript)",
+            run=wire.run,
+        ),
+    ]
+
+
+def agent_loop_notes() -> list[str]:
+    """Whether Handrail's own AgentLoop exists yet; it is not measured by this script."""
+    try:
+        module = importlib.import_module("handrail.loop.agent")
+    except ImportError:
+        module = None
+    if not hasattr(module, "AgentLoop"):
+        return ["handrail.loop.agent.AgentLoop not available: the loop is composed here."]
+    return [
+        (
+            "handrail.loop.agent.AgentLoop exists but is not measured yet: the numbers are "
+            "for the loop composed here from the same parts."
+        ),
+    ]
+
+
+# --- peers ------------------------------------------------------------------------------------
+
+
+def pydantic_ai_case() -> Case:
+    """Pydantic AI: `Agent.run` with a `FunctionModel` asking for the calls."""
+    from pydantic_ai import Agent  # noqa: PLC0415 - optional bench dependency
+    from pydantic_ai.messages import (  # noqa: PLC0415
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: PLC0415
+    from pydantic_ai.usage import UsageLimits  # noqa: PLC0415
+
+    tally = Tally()
+    agent = Agent(tools=[make_echo(tally)])
+    limits = UsageLimits(request_limit=None)
+
+    async def run(calls: int) -> RunOutcome:
+        before = tally.count
+        steps = itertools.count()
+
+        async def respond(_messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+            step = next(steps)
+            if step < calls:
+                part = ToolCallPart(
+                    tool_name="echo", args=arguments(step), tool_call_id=call_id(step)
+                )
+                return ModelResponse(parts=[part])
+            return ModelResponse(parts=[TextPart(content=FINAL_TEXT)])
+
+        result = await agent.run(PROMPT, model=FunctionModel(respond), usage_limits=limits)
+        return RunOutcome(text=str(result.output), tool_runs=tally.count - before)
+
+    return Case(
+        key="pydantic_ai",
+        label=f"Pydantic AI {_version('pydantic-ai-slim')}",
+        api=(
+            "pydantic_ai.Agent(tools=[echo]).run(prompt, model=FunctionModel(respond), "
+            "usage_limits=UsageLimits(request_limit=None)); async respond returns "
+            "ModelResponse([ToolCallPart(...)]) then ModelResponse([TextPart(...)])"
+        ),
+        run=run,
+        group="peer",
+    )
+
+
+def openai_agents_case() -> Case:
+    """OpenAI Agents SDK: `Runner.run` with a fake `Model`, tracing disabled."""
+    from agents import (  # noqa: PLC0415 - optional bench dependency
+        Agent,
+        Model,
+        ModelResponse,
+        RunConfig,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from agents.usage import Usage as AgentsUsage  # noqa: PLC0415
+    from openai.types.responses import (  # noqa: PLC0415
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    set_tracing_disabled(disabled=True)
+    logging.getLogger("openai.agents").setLevel(logging.ERROR)
+
+    class ScriptedAgentsModel(Model):
+        """Asks for `calls` echo calls, one per turn, then answers with the final text."""
+
+        def __init__(self, calls: int) -> None:
+            self._calls = calls
+            self._step = 0
+
+        async def get_response(self, *_args: Any, **_kwargs: Any) -> ModelResponse:
+            step = self._step
+            self._step += 1
+            output: list[Any]
+            if step < self._calls:
+                output = [
+                    ResponseFunctionToolCall(
+                        type="function_call",
+                        call_id=call_id(step),
+                        name="echo",
+                        arguments=arguments(step),
+                    ),
+                ]
+            else:
+                text = ResponseOutputText(type="output_text", text=FINAL_TEXT, annotations=[])
+                output = [
+                    ResponseOutputMessage(
+                        id=f"msg_{step}",
+                        type="message",
+                        role="assistant",
+                        status="completed",
+                        content=[text],
+                    ),
+                ]
+            return ModelResponse(output=output, usage=AgentsUsage(), response_id=None)
+
+        def stream_response(self, *_args: Any, **_kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    tally = Tally()
+    agent: Agent[None] = Agent(name="bench", tools=[function_tool(make_echo(tally))])
+
+    async def run(calls: int) -> RunOutcome:
+        before = tally.count
+        config = RunConfig(model=ScriptedAgentsModel(calls), tracing_disabled=True)
+        result = await Runner.run(agent, PROMPT, max_turns=calls + 2, run_config=config)
+        return RunOutcome(text=str(result.final_output), tool_runs=tally.count - before)
+
+    return Case(
+        key="openai_agents",
+        label=f"OpenAI Agents SDK {_version('openai-agents')}",
+        api=(
+            "agents.Runner.run(Agent(tools=[function_tool(echo)]), prompt, max_turns, "
+            "run_config=RunConfig(model=ScriptedAgentsModel(calls), tracing_disabled=True)); "
+            "set_tracing_disabled(True)"
+        ),
+        run=run,
+        group="peer",
+    )
+
+
+def peer_cases() -> tuple[list[Case], list[str]]:
+    """Every peer that imports; the others are named in the notes, not measured."""
+    cases: list[Case] = []
+    notes: list[str] = []
+    builders: list[tuple[str, Callable[[], Case]]] = [
+        ("Pydantic AI", pydantic_ai_case),
+        ("OpenAI Agents SDK", openai_agents_case),
+    ]
+    for name, build in builders:
+        try:
+            cases.append(build())
+        except ImportError as exc:
+            notes.append(f"{name} skipped: {exc} (install the bench dependency group)")
+    return cases, notes
+
+
+# --- measurement ------------------------------------------------------------------------------
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+async def check(case: Case, calls: int) -> None:
+    """Assert that a run of `calls` (and of 0) runs the tool that often and ends on the text."""
+    for n in (calls, 0):
+        outcome = await case.run(n)
+        assert outcome == RunOutcome(text=FINAL_TEXT, tool_runs=n), (case.key, n, outcome)
+
+
+async def _timed(run: RunFn, calls: int) -> int:
+    start = time.perf_counter_ns()
+    await run(calls)
+    return time.perf_counter_ns() - start
+
+
+async def measure_round(case: Case, *, calls: int, runs: int) -> None:
+    """`runs` runs of `calls` calls alternating with `runs` empty runs; one sample each."""
+    full = empty = 0
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(runs):
+            full += await _timed(case.run, calls)
+            empty += await _timed(case.run, 0)
+    finally:
+        gc.enable()
+    if case.reset is not None:
+        case.reset()
+    case.per_call.append((full - empty) / runs / calls / 1000)
+    case.fixed.append(empty / runs / 1000)
+
+
+async def measure(cases: list[Case], *, rounds: int, calls: int, runs: int, warmup: int) -> None:
+    """Check, warm up, then measure every case over `rounds` interleaved rounds."""
+    for case in cases:
+        await check(case, min(calls, 3))
+        for _ in range(warmup):
+            await case.run(calls)
+            await case.run(0)
+        if case.reset is not None:
+            case.reset()
+    for index in range(rounds):
+        shift = index % len(cases)
+        for case in cases[shift:] + cases[:shift]:
+            await measure_round(case, calls=calls, runs=runs)
+
+
+def summarize(cases: list[Case]) -> list[Stats]:
+    """Medians over rounds, and ratios to Handrail (audit off) taken within each round."""
+    reference = next(case for case in cases if case.key == HANDRAIL)
+    return [
+        Stats(
+            key=case.key,
+            label=case.label,
+            group=case.group,
+            api=case.api,
+            median_us=statistics.median(case.per_call),
+            min_us=min(case.per_call),
+            fixed_us=statistics.median(case.fixed),
+            vs_handrail=statistics.median(
+                mine / theirs
+                for mine, theirs in zip(case.per_call, reference.per_call, strict=True)
+            ),
+            rounds_us=[round(sample, 3) for sample in case.per_call],
+        )
+        for case in cases
+    ]
+
+
+# --- reporting --------------------------------------------------------------------------------
+
+
+def _table(rows: list[Stats]) -> str:
+    header = ("path", "µs/call median", "min", "empty run µs", "x handrail")
+    body = [
+        (
+            s.label,
+            f"{s.median_us:.1f}",
+            f"{s.min_us:.1f}",
+            f"{s.fixed_us:.1f}",
+            f"{s.vs_handrail:.2f}",
+        )
+        for s in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest])
+
+    rule = "-" * len(line(header))
+    return "\n".join([rule, line(header), rule, *(line(r) for r in body), rule])
+
+
+def findings(stats: list[Stats]) -> list[str]:
+    """The comparison the issue asks about, in words."""
+    by_key = {s.key: s for s in stats}
+    ours = by_key[HANDRAIL]
+    out = [
+        (
+            f"Handrail loop (composed, audit off): {ours.median_us:.1f} µs per tool call "
+            f"(empty run {ours.fixed_us:.1f} µs)"
+        ),
+    ]
+    if "handrail_memory" in by_key:
+        memory = by_key["handrail_memory"]
+        out.append(f"  memory audit adds {memory.median_us - ours.median_us:+.1f} µs/call")
+    if "handrail_wire" in by_key:
+        wire = by_key["handrail_wire"]
+        out.append(
+            f"  rendering the transcript to Chat Completions each turn adds "
+            f"{wire.median_us - ours.median_us:+.1f} µs/call (grows with the transcript)",
+        )
+    peers = [s for s in stats if s.group == "peer"]
+    for peer in peers:
+        verdict = "below" if ours.median_us < peer.median_us else "NOT below"
+        out.append(
+            f"{peer.label}: {peer.median_us:.1f} µs per tool call, {peer.vs_handrail:.2f}x "
+            f"Handrail's (same-round median): Handrail is {verdict} it",
+        )
+    if peers:
+        met = all(ours.median_us < peer.median_us for peer in peers)
+        out.append(f"Target (below every peer): {'met' if met else 'NOT met'}")
+    return out
+
+
+def environment(args: argparse.Namespace) -> dict[str, object]:
+    """What the numbers were measured on."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "rounds": args.rounds,
+        "calls_per_run": args.calls,
+        "runs_per_round": args.runs,
+        "warmup_runs": args.warmup,
+        "versions": {
+            name: _version(name)
+            for name in (
+                "handrail",
+                "pydantic",
+                "pydantic-core",
+                "pydantic-ai-slim",
+                "openai-agents",
+                "openai",
+            )
+        },
+    }
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
+    """Build the cases and measure them interleaved."""
+    cases = handrail_cases()
+    notes = agent_loop_notes()
+    if args.peers:
+        more, skipped = peer_cases()
+        cases.extend(more)
+        notes.extend(skipped)
+    await measure(cases, rounds=args.rounds, calls=args.calls, runs=args.runs, warmup=args.warmup)
+    return summarize(cases), notes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; --quick shrinks rounds and runs unless they are given."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers", action="store_true", help="also measure peer frameworks")
+    parser.add_argument("--quick", action="store_true", help="a short run (5 rounds of 4 runs)")
+    parser.add_argument("--rounds", type=int, help="rounds per path (default 15)")
+    parser.add_argument("--calls", type=int, help="tool calls per run (default 50)")
+    parser.add_argument("--runs", type=int, help="runs of each size per round (default 10)")
+    parser.add_argument("--warmup", type=int, help="warm-up runs per path (default 5)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.rounds = args.rounds or (5 if quick else 15)
+    args.calls = args.calls or 50
+    args.runs = args.runs or (4 if quick else 10)
+    args.warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    if args.rounds < 1 or args.calls < 1 or args.runs < 1 or args.warmup < 0:
+        parser.error("--rounds, --calls and --runs must be positive, --warmup not negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the table (and write JSON when asked)."""
+    args = parse_args(argv)
+    stats, notes = asyncio.run(run(args))
+    env = environment(args)
+    print(
+        f"Loop overhead per tool call: runs of {args.calls} turns of one echo call vs runs "
+        f"of 0; {args.rounds} rounds x {args.runs} runs of each per path, interleaved; "
+        f"Python {env['python']}, {env['cpus']} CPUs. Ratios are medians of same-round ratios.",
+    )
+    print()
+    print(_table(stats))
+    print()
+    for line in [*findings(stats), *notes]:
+        print(line)
+    peers = [s for s in stats if s.group == "peer"]
+    if peers:
+        print()
+        print("APIs called:")
+        for s in [*(s for s in stats if s.key == HANDRAIL), *peers]:
+            print(f"  {s.label}: {s.api}")
+    if args.json:
+        payload = {
+            "environment": env,
+            "results": {
+                s.key: {
+                    "label": s.label,
+                    "group": s.group,
+                    "api": s.api,
+                    "median_us_per_call": round(s.median_us, 3),
+                    "min_us_per_call": round(s.min_us, 3),
+                    "empty_run_us": round(s.fixed_us, 3),
+                    "ratio_vs_handrail": round(s.vs_handrail, 3),
+                    "rounds_us_per_call": s.rounds_us,
+                }
+                for s in stats
+            },
+            "findings": findings(stats),
+            "notes": notes,
+        }
+        args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
