@@ -92,6 +92,7 @@ def _issue(checked: CheckedAnswer) -> EvidenceIssue:
 # --- structured answers ------------------------------------------------------------------------
 
 
+@pytest.mark.invariant(10)
 def test_a_succeeded_claim_proven_by_its_key_is_accepted(checker: EvidenceChecker) -> None:
     answer = _succeeded(Evidence(tool="create_ticket", key=KEY_OK))
     checked = checker.check_sync(answer, ALICE)
@@ -115,6 +116,7 @@ def test_a_succeeded_claim_proven_by_business_id_or_plan_id_is_accepted(
     assert checked.proven == (KEY_OK, PLAN_KEY, PLAN_KEY)
 
 
+@pytest.mark.invariant(10)
 def test_a_false_succeeded_claim_is_downgraded_with_the_reason(checker: EvidenceChecker) -> None:
     answer = _succeeded(Evidence(tool="create_ticket", key=KEY_MISSING))
     checked = checker.check_sync(answer, ALICE)
@@ -145,6 +147,7 @@ def test_a_record_of_another_tool_proves_nothing(checker: EvidenceChecker) -> No
     assert _issue(by_plan).problem is EvidenceProblem.NOT_FOUND
 
 
+@pytest.mark.invariant(10)
 def test_a_record_of_another_tenant_never_counts(checker: EvidenceChecker) -> None:
     for evidence in (
         Evidence(tool="create_ticket", key=KEY_OTHER_TENANT),

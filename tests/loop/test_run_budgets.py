@@ -271,6 +271,7 @@ def test_a_result_for_another_call_is_a_bug_not_a_count() -> None:
 # --- fail-closed ------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant(11)
 def test_after_a_trip_everything_is_refused_with_the_first_reason() -> None:
     clock = FixedClock()
     tracker = _tracker(clock, max_steps=1, max_input_tokens=5)
@@ -574,6 +575,7 @@ _OPS = st.lists(
     total=st.none() | st.integers(0, 10),
     identical=st.none() | st.integers(1, 4),
 )
+@pytest.mark.invariant(11)
 def test_a_tracker_never_admits_more_than_configured(
     ops: list[tuple[Any, ...]],
     max_steps: int,

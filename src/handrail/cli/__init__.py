@@ -17,6 +17,7 @@ from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
+from handrail.cli._replay import replay
 from handrail.cli._tools import spec_document, tools_app
 
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
@@ -37,6 +38,7 @@ app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
 app.command("demo")(demo)
 app.command("reconcile")(reconcile)
+app.command("replay")(replay)
 
 
 def main() -> None:

@@ -1,0 +1,772 @@
+"""The agent loop: a model's turns through the Gate under hard budgets, durably stored.
+
+Each step asks the model (with the exposed tools and the transcript so far), admits
+its calls against the budget, runs them through `Gate.handle_batch` and feeds the
+envelopes back. A write that becomes a plan suspends the run in the store; `resume`
+confirms and executes that plan (possibly in another process) and goes on. A reply
+without calls is the final answer, checked against execution records before it is
+accepted. Every step is stored (compare-and-set), with the model's replies, so
+`replay` re-runs a run from the store. The model never decides when a budget ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from secrets import token_hex
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pydantic
+
+from handrail.adapters.transcript import (
+    AssistantTurn,
+    CallIdLedger,
+    Turn,
+    UserTurn,
+    pair_results,
+)
+from handrail.envelope import Envelope, ErrorDetail, Status, Trust
+from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, WriteRefusedError
+from handrail.execution import command_key, plan_key
+from handrail.loop._agent_record import (
+    CallOutcome,
+    PendingPlan,
+    RunData,
+    RunEnd,
+    RunStatus,
+    StepLog,
+    outcomes,
+)
+from handrail.loop.answers import CheckedAnswer, EvidenceChecker, FinalAnswer, TextCheck
+from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
+from handrail.loop.models import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    ScriptedModelClient,
+    ScriptExhaustedError,
+)
+from handrail.principal import Principal
+from handrail.runs import RunRecord, RunState
+from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
+from handrail.spec import IdempotencyMode
+
+if TYPE_CHECKING:
+    from handrail.calls import ToolCall
+    from handrail.clock import Clock
+    from handrail.gate import Gate
+    from handrail.spec import ToolSpec
+    from handrail.store.base import Store
+    from handrail.writes import Writes
+
+__all__ = [
+    "DEFAULT_SYSTEM",
+    "LOOP_INSTRUCTIONS",
+    "AgentLoop",
+    "CallOutcome",
+    "ReplayReport",
+    "RunData",
+    "RunOutcome",
+    "RunRefusedError",
+    "RunStatus",
+    "StepLog",
+    "read_run",
+]
+
+T = TypeVar("T")
+
+LOOP_INSTRUCTIONS = (
+    "You act through the tools you are given. A tool call is a proposal: the "
+    "application checks, runs or refuses it and shows you the result. A change to data "
+    "usually becomes a plan that a person must confirm in the application; then say "
+    "what will happen, never that it happened. When you are finished, reply without "
+    "tool calls with one JSON object: "
+    '{"state": "need_information" | "awaiting_confirmation" | "processing" | '
+    '"succeeded" | "failed", "message": "<text for the user>", "command_ids": [], '
+    '"evidence": [{"tool": "<tool name>", "plan_id": "<id>" or "business_id": "<id>"}]}. '
+    'Use "succeeded" only for effects a tool result showed as done, each cited in evidence.'
+)
+"""How the loop asks for final answers; appended to MODEL_INSTRUCTIONS by default."""
+
+DEFAULT_SYSTEM = f"{MODEL_INSTRUCTIONS}\n\n{LOOP_INSTRUCTIONS}"
+
+_PLANNED = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_FENCE = re.compile(r"\A```(?:json)?\s*(?P<body>.*?)\s*```\Z", re.DOTALL)
+_SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
+
+
+class RunRefusedError(AccessRefusedError):
+    """A request about a run that is refused, with its code.
+
+    NOT_FOUND: no such run for this principal, or no such pending plan. CONFLICT: the
+    run is not suspended, or another process moved it.
+    """
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    """Where a run stands after `run` or `resume` returned.
+
+    FINISHED: `answer` (a structured answer after the evidence check) or, for free
+    text, `text` and `text_check`. SUSPENDED: `plan_ids` await a person. BUDGET_EXHAUSTED:
+    `trip` says which budget. FAILED: `error` is the model error's code.
+    """
+
+    run_id: str
+    status: RunStatus
+    steps: int
+    answer: CheckedAnswer | None = None
+    text: str | None = None
+    text_check: TextCheck | None = None
+    plan_ids: tuple[str, ...] = ()
+    trip: BudgetTrip | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayReport:
+    """A replay against the recorded run: both step logs and ends, and what differs."""
+
+    run_id: str
+    recorded: tuple[StepLog, ...]
+    replayed: tuple[StepLog, ...]
+    recorded_end: str
+    replayed_end: str
+    differences: tuple[str, ...]
+
+    @property
+    def matched(self) -> bool:
+        """True when every step's outcomes and the end are the recorded ones."""
+        return not self.differences
+
+
+@dataclass(kw_only=True, slots=True)
+class _Session:
+    """The working state of one run while the loop drives it."""
+
+    run_id: str
+    principal: Principal
+    data: RunData
+    tracker: BudgetTracker
+    model: ModelClient
+    record: RunRecord | None
+    """The stored record this session last wrote; None while replaying (nothing stored)."""
+    transcript: list[Turn]
+    replies: list[ModelReply]
+    steps: list[StepLog]
+    pending: list[PendingPlan]
+    keys: list[str]
+    recorded: RunData | None = None
+    """While replaying: the run being replayed."""
+
+    @classmethod
+    def of(
+        cls,
+        data: RunData,
+        *,
+        run_id: str,
+        principal: Principal,
+        tracker: BudgetTracker,
+        model: ModelClient,
+        record: RunRecord | None,
+    ) -> _Session:
+        return cls(
+            run_id=run_id,
+            principal=principal,
+            data=data,
+            tracker=tracker,
+            model=model,
+            record=record,
+            transcript=list(data.transcript),
+            replies=list(data.replies),
+            steps=list(data.steps),
+            pending=list(data.pending),
+            keys=list(data.keys),
+        )
+
+    def snapshot(self, end: RunEnd | None = None) -> RunData:
+        return dataclasses.replace(
+            self.data,
+            budget=self.tracker.snapshot(),
+            transcript=tuple(self.transcript),
+            replies=tuple(self.replies),
+            steps=tuple(self.steps),
+            pending=tuple(self.pending),
+            keys=tuple(self.keys),
+            end=end,
+        )
+
+    def ledger(self) -> CallIdLedger:
+        ledger = CallIdLedger()
+        for turn in self.transcript:
+            if isinstance(turn, AssistantTurn):
+                ledger.admit(turn.calls)
+        return ledger
+
+
+Runner = Callable[[Sequence["ToolCall"], _Session], Awaitable[list[Envelope]]]
+
+
+def read_run(record: RunRecord) -> RunData:
+    """The loop's document of a stored run; ConfigurationError if it is not one."""
+    return RunData.parse(record.data)
+
+
+class AgentLoop:
+    """Drives a model through the Gate under a RunBudget, storing every step.
+
+    Every dependency is explicit. `writes` is needed to resume suspended runs. `system`
+    is the system prompt (data-block rules and final-answer format by default);
+    `new_run_id` draws run ids. Model errors end a run FAILED with their code: the
+    loop does not retry a model (a retry would need its own budget; left to the host).
+    """
+
+    def __init__(
+        self,
+        *,
+        gate: Gate,
+        model: ModelClient,
+        store: Store,
+        budget: RunBudget,
+        clock: Clock,
+        checker: EvidenceChecker,
+        writes: Writes | None = None,
+        system: str = DEFAULT_SYSTEM,
+        new_run_id: Callable[[], str] | None = None,
+        marker: DataMarker | None = None,
+    ) -> None:
+        self._gate = gate
+        self._model = model
+        self._store = store
+        self._budget = budget
+        self._clock = clock
+        self._checker = checker
+        self._writes = writes
+        self._system = system
+        self._new_run_id = new_run_id or (lambda: token_hex(16))
+        self._marker = marker or DataMarker()
+
+    # --- run ------------------------------------------------------------------------------------
+
+    async def run(
+        self, task: str, principal: Principal, *, run_id: str | None = None
+    ) -> RunOutcome:
+        """Start a run for `task` on behalf of `principal` and drive it until it stops.
+
+        Raises RunRefusedError(CONFLICT) when `run_id` is taken.
+        """
+        run_id = self._new_run_id() if run_id is None else run_id
+        if not _RUN_ID.fullmatch(run_id):
+            msg = "a run id is 1-64 characters of [A-Za-z0-9_-]"
+            raise ConfigurationError(msg)
+        tracker = BudgetTracker(self._budget, self._clock)
+        data = RunData(
+            task=task,
+            principal=principal.snapshot(),
+            limits=self._budget,
+            budget=tracker.snapshot(),
+            transcript=(UserTurn(text=task),),
+        )
+        now = self._clock.now()
+        record = RunRecord(
+            run_id=run_id,
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            state=RunState.RUNNING,
+            version=1,
+            created_at=now,
+            updated_at=now,
+            data=data.to_json(),
+        )
+        if not await self._io(self._store.insert_run, record):
+            raise RunRefusedError(ErrorCode.CONFLICT, "A run with this id exists.")
+        tracker.start()
+        session = _Session.of(
+            data,
+            run_id=run_id,
+            principal=principal,
+            tracker=tracker,
+            model=self._model,
+            record=record,
+        )
+        return await self._drive(session, self._live)
+
+    async def _drive(self, s: _Session, runner: Runner) -> RunOutcome:
+        """Steps until the run finishes, suspends, fails or a budget trips."""
+        tools = self._gate.registry.exposed(s.principal)
+        ledger = s.ledger()
+        while True:
+            try:
+                outcome = await self._step(s, runner, tools, ledger)
+            except BudgetExhausted as exc:
+                return await self._end_budget(s, exc.trip)
+            if outcome is not None:
+                return outcome
+
+    async def _step(
+        self,
+        s: _Session,
+        runner: Runner,
+        tools: Sequence[ToolSpec],
+        ledger: CallIdLedger,
+    ) -> RunOutcome | None:
+        """One model turn and its calls; an outcome when the run stops, else None."""
+        s.tracker.before_step()
+        request = ModelRequest(transcript=s.transcript, tools=tools, system=self._system)
+        try:
+            reply = await s.model.complete(request, timeout=s.tracker.remaining_seconds())
+        except ModelError as exc:
+            return await self._end_error(s, exc.code.value)
+        except ScriptExhaustedError:
+            if s.recorded is None:
+                raise
+            # A replay past the recorded replies: the original run's model stopped here.
+            return await self._end_error(s, _SCRIPT_EXHAUSTED)
+        s.replies.append(reply)
+        s.tracker.record_usage(
+            reply.model,
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+        )
+        if not reply.calls:
+            return await self._finish(s, reply)
+        calls = ledger.admit(reply.calls)
+        # Fail closed: none of the turn's calls runs once one of them is refused.
+        for call in calls:
+            s.tracker.admit_call(call)
+        envelopes = await runner(calls, s)
+        trip: BudgetExhausted | None = None
+        for call, envelope in zip(calls, envelopes, strict=True):
+            try:
+                s.tracker.record_result(call, envelope)
+            except BudgetExhausted as exc:
+                trip = trip or exc
+        s.transcript.append(AssistantTurn(text=reply.text, calls=tuple(calls)))
+        s.transcript.append(pair_results(calls, envelopes, marker=self._marker))
+        s.steps.append(StepLog(kind="model", calls=outcomes(envelopes)))
+        if s.recorded is None:
+            s.keys.extend(self._command_keys(s, calls, envelopes))
+        if trip is not None:
+            raise trip
+        s.pending.extend(_pending(calls, envelopes))
+        if not s.pending:
+            await self._save(s, RunState.RUNNING)
+            return None
+        if s.recorded is None:
+            await self._save(s, RunState.SUSPENDED)
+            return self._outcome(s, RunStatus.SUSPENDED)
+        return None if self._replay_resumes(s) else self._outcome(s, RunStatus.SUSPENDED)
+
+    async def _live(self, calls: Sequence[ToolCall], s: _Session) -> list[Envelope]:
+        return await self._gate.handle_batch(
+            calls,
+            s.principal,
+            timeout=s.tracker.remaining_seconds(),
+            command_ids={call.id: _command_id(s.run_id, call) for call in calls},
+        )
+
+    def _command_keys(
+        self, s: _Session, calls: Sequence[ToolCall], envelopes: Sequence[Envelope]
+    ) -> list[str]:
+        """Keys of the writes this turn ran under the run's command ids (not plans)."""
+        keys: list[str] = []
+        for call, envelope in zip(calls, envelopes, strict=True):
+            tool = self._gate.registry.lookup(call.name, s.principal)
+            if (
+                tool is None
+                or tool.spec.read_only
+                or tool.spec.idempotency.mode is not IdempotencyMode.COMMAND_ID
+                or envelope.error_type in _PLANNED
+            ):
+                continue
+            keys.append(
+                command_key(
+                    tenant_id=s.principal.tenant_id,
+                    tool=tool.spec.name,
+                    command_id=_command_id(s.run_id, call),
+                    user_id=s.principal.user_id,
+                    scope=tool.spec.idempotency.scope,
+                )
+            )
+        return keys
+
+    async def _finish(self, s: _Session, reply: ModelReply) -> RunOutcome:
+        text = reply.text or ""
+        s.transcript.append(AssistantTurn(text=reply.text))
+        answer = _final_answer(text)
+        if answer is not None:
+            checked = await self._checker.check(answer, s.principal, run_calls=tuple(s.keys))
+            await self._save(
+                s,
+                RunState.FINISHED,
+                RunEnd(status=RunStatus.FINISHED, answer=_checked_json(checked)),
+            )
+            return self._outcome(s, RunStatus.FINISHED, answer=checked)
+        check = await self._checker.check_text(text, s.principal)
+        end = RunEnd(status=RunStatus.FINISHED, text=text, text_ok=check.ok)
+        await self._save(s, RunState.FINISHED, end)
+        return self._outcome(s, RunStatus.FINISHED, text=text, text_check=check)
+
+    async def _end_budget(self, s: _Session, trip: BudgetTrip) -> RunOutcome:
+        end = RunEnd(status=RunStatus.BUDGET_EXHAUSTED, trip=trip.to_dict())
+        await self._save(s, RunState.FAILED, end)
+        return self._outcome(s, RunStatus.BUDGET_EXHAUSTED, trip=trip)
+
+    async def _end_error(self, s: _Session, code: str) -> RunOutcome:
+        await self._save(s, RunState.FAILED, RunEnd(status=RunStatus.FAILED, error=code))
+        return self._outcome(s, RunStatus.FAILED, error=code)
+
+    def _outcome(self, s: _Session, status: RunStatus, **fields: Any) -> RunOutcome:  # noqa: ANN401
+        if status is RunStatus.SUSPENDED:
+            fields["plan_ids"] = tuple(p.plan_id for p in s.pending)
+        return RunOutcome(run_id=s.run_id, status=status, steps=s.tracker.steps, **fields)
+
+    async def _save(self, s: _Session, state: RunState, end: RunEnd | None = None) -> None:
+        """Store the session as the run's next version; CONFLICT if another moved it."""
+        s.data = s.snapshot(end)
+        if s.record is None:
+            return
+        record = s.record.advanced(at=self._clock.now(), state=state, data=s.data.to_json())
+        if not await self._io(self._store.update_run, record, expect_version=s.record.version):
+            raise RunRefusedError(ErrorCode.CONFLICT, "The run was changed by another process.")
+        s.record = record
+
+    # --- resume ---------------------------------------------------------------------------------
+
+    async def resume(
+        self, run_id: str, principal: Principal, *, plan_id: str, token: str | None
+    ) -> RunOutcome:
+        """Confirm a suspended run's plan with the person's token, execute it, go on.
+
+        `token` None means the plan was confirmed (or approved) already, out of band.
+        The execution's envelope reaches the model as a user message: the person's
+        confirmation in Handrail's words, then the envelope in a data block (the call's
+        earlier NEEDS_CONFIRMATION result stays as it was, so the transcript stays
+        valid for every adapter). The run waits until every pending plan is resumed.
+        A refused confirmation (WriteRefusedError) leaves the run SUSPENDED as it was.
+        """
+        writes = self._writes
+        if writes is None:
+            msg = "resuming a run needs an AgentLoop configured with writes"
+            raise ConfigurationError(msg)
+        record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
+        if (
+            record is None
+            or record.tenant_id != principal.tenant_id
+            or record.user_id != principal.user_id
+        ):
+            raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        if record.state is not RunState.SUSPENDED:
+            raise RunRefusedError(
+                ErrorCode.CONFLICT, f"The run is {record.state.value.lower()}, not suspended."
+            )
+        data = read_run(record)
+        pending = next((p for p in data.pending if p.plan_id == plan_id), None)
+        if pending is None:
+            raise RunRefusedError(ErrorCode.NOT_FOUND, "The run awaits no such plan.")
+        # Claim the run first, so two resumes of one run never both proceed.
+        claimed = record.advanced(at=self._clock.now(), state=RunState.RUNNING)
+        if not await self._io(self._store.update_run, claimed, expect_version=record.version):
+            raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
+        tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
+        tracker.start()
+        session = _Session.of(
+            data,
+            run_id=run_id,
+            principal=principal,
+            tracker=tracker,
+            model=self._model,
+            record=claimed,
+        )
+        if tracker.remaining_seconds() <= 0:
+            try:
+                tracker.before_step()  # trips the deadline: nothing is confirmed or run
+            except BudgetExhausted as exc:
+                return await self._end_budget(session, exc.trip)
+        try:
+            envelope, key = await self._execute(writes, pending, principal, token, tracker)
+        except WriteRefusedError:
+            released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
+            await self._io(self._store.update_run, released, expect_version=claimed.version)
+            raise
+        session.pending = [p for p in session.pending if p.plan_id != plan_id]
+        if key is not None:
+            session.keys.append(key)
+        session.transcript.append(UserTurn(text=self._confirmed(pending, envelope)))
+        session.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
+        if session.pending:
+            await self._save(session, RunState.SUSPENDED)
+            return self._outcome(session, RunStatus.SUSPENDED)
+        await self._save(session, RunState.RUNNING)
+        return await self._drive(session, self._live)
+
+    async def _execute(
+        self,
+        writes: Writes,
+        pending: PendingPlan,
+        principal: Principal,
+        token: str | None,
+        tracker: BudgetTracker,
+    ) -> tuple[Envelope, str | None]:
+        """The plan confirmed and executed: its envelope, and its key if it has a record.
+
+        A refused confirmation raises; a refused execution (expired, conflicting, ...)
+        is an envelope for the model, except "not confirmed yet", which raises.
+        """
+        if token is not None:
+            await writes.confirm(pending.plan_id, token, principal)
+        try:
+            outcome = await writes.execute_plan(
+                pending.plan_id,
+                principal,
+                timeout=tracker.remaining_seconds(),
+                call_id=pending.call_id,
+            )
+        except WriteRefusedError as refused:
+            if refused.code in _PLANNED:
+                raise
+            return _refused(pending, refused), None
+        key = (
+            outcome.record.idempotency_key
+            if outcome.record is not None
+            else plan_key(tenant_id=principal.tenant_id, tool=pending.tool, plan_id=pending.plan_id)
+        )
+        return outcome.envelope, key
+
+    def _confirmed(self, pending: PendingPlan, envelope: Envelope) -> str:
+        return (
+            f"[handrail] The user confirmed plan {pending.plan_id} (proposed by call "
+            f"{pending.call_id} of {pending.tool}) in the application, and it was "
+            f"submitted. Its result, for call {pending.call_id}, follows.\n"
+            f"{self._marker.mark(envelope)}"
+        )
+
+    # --- replay ---------------------------------------------------------------------------------
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        model: ModelClient | None = None,
+        principal: Principal | None = None,
+    ) -> ReplayReport:
+        """Re-run a stored run from its task and compare each step with the record.
+
+        The model is by default a ScriptedModelClient of the recorded replies; the
+        principal is the recorded one. Reads run through the gate again; writes are
+        never run again: their recorded outcomes stand in, as do the recorded resumes.
+        The replay runs under the recorded budget and stores nothing.
+        """
+        record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
+        if record is None:
+            raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        recorded = read_run(record)
+        tracker = BudgetTracker(recorded.limits, self._clock)
+        fresh = dataclasses.replace(
+            recorded,
+            budget=tracker.snapshot(),
+            transcript=(UserTurn(text=recorded.task),),
+            replies=(),
+            steps=(),
+            pending=(),
+            keys=(),
+            end=None,
+        )
+        session = _Session.of(
+            fresh,
+            run_id=run_id,
+            principal=principal or Principal.from_snapshot(recorded.principal),
+            tracker=tracker,
+            model=model or ScriptedModelClient(recorded.replies, record_requests=False),
+            record=None,
+        )
+        session.recorded = recorded
+        session.keys = list(recorded.keys)
+        tracker.start()
+        outcome = await self._drive(session, self._replayed)
+        recorded_end = recorded.end.label() if recorded.end is not None else record.state.value
+        replayed_end = (
+            session.data.end.label() if session.data.end is not None else outcome.status.value
+        )
+        return ReplayReport(
+            run_id=run_id,
+            recorded=recorded.steps,
+            replayed=tuple(session.steps),
+            recorded_end=recorded_end,
+            replayed_end=replayed_end,
+            differences=_differences(recorded.steps, session.steps, recorded_end, replayed_end),
+        )
+
+    async def _replayed(self, calls: Sequence[ToolCall], s: _Session) -> list[Envelope]:
+        """Reads through the gate again; writes answered by their recorded outcomes."""
+        assert s.recorded is not None  # noqa: S101 - only replays use this runner
+        index = len(s.steps)
+        logged = s.recorded.steps[index].calls if index < len(s.recorded.steps) else ()
+        by_id = {outcome.call_id: outcome for outcome in logged}
+        reads: list[ToolCall] = []
+        written: dict[str, Envelope] = {}
+        for call in calls:
+            tool = self._gate.registry.lookup(call.name, s.principal)
+            if tool is None or tool.spec.read_only:
+                reads.append(call)
+            else:
+                written[call.id] = _stand_in(call, by_id.get(call.id))
+        envelopes = iter(
+            await self._gate.handle_batch(reads, s.principal, timeout=s.tracker.remaining_seconds())
+            if reads
+            else []
+        )
+        return [written[call.id] if call.id in written else next(envelopes) for call in calls]
+
+    def _replay_resumes(self, s: _Session) -> bool:
+        """Apply the recorded resumes that followed this step; True when none is left."""
+        assert s.recorded is not None  # noqa: S101 - only replays get here
+        later = s.recorded.steps[len(s.steps) :]
+        for step in later:
+            if step.kind != "resume" or not step.calls:
+                break
+            # Matched by the proposing call's id: a replayed plan has no real plan id.
+            pending = next((p for p in s.pending if p.call_id == step.calls[0].call_id), None)
+            if pending is None:
+                break
+            s.pending.remove(pending)
+            envelope = _stand_in(_call_named(pending), step.calls[0], executed=True)
+            s.transcript.append(UserTurn(text=self._confirmed(pending, envelope)))
+            s.steps.append(step)
+        return not s.pending
+
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _command_id(run_id: str, call: ToolCall) -> str:
+    return f"{run_id}:{call.id}"
+
+
+def _pending(calls: Sequence[ToolCall], envelopes: Sequence[Envelope]) -> list[PendingPlan]:
+    found: list[PendingPlan] = []
+    for call, envelope in zip(calls, envelopes, strict=True):
+        if envelope.error_type in _PLANNED and isinstance(envelope.data, dict):
+            plan_id = envelope.data.get("plan_id")
+            if isinstance(plan_id, str):
+                found.append(PendingPlan(plan_id=plan_id, call_id=call.id, tool=envelope.tool))
+    return found
+
+
+def _final_answer(text: str) -> FinalAnswer | None:
+    """A structured answer, from JSON text or a fenced JSON block; None for free text."""
+    body = text.strip()
+    fenced = _FENCE.fullmatch(body)
+    if fenced is not None:
+        body = fenced["body"]
+    if not body.startswith("{"):
+        return None
+    try:
+        return FinalAnswer.model_validate_json(body)
+    except pydantic.ValidationError:
+        return None
+
+
+def _checked_json(checked: CheckedAnswer) -> dict[str, Any]:
+    answer = checked.answer.model_dump(mode="json")
+    return {
+        **answer,
+        "claimed": checked.claimed.value,
+        "notice": checked.notice,
+        "proven": list(checked.proven),
+        "issues": [
+            {
+                "index": issue.index,
+                "tool": issue.tool,
+                "problem": issue.problem.value,
+                "status": None if issue.status is None else issue.status.value,
+            }
+            for issue in checked.issues
+        ],
+    }
+
+
+def _refused(pending: PendingPlan, refused: WriteRefusedError) -> Envelope:
+    return Envelope(
+        call_id=pending.call_id,
+        tool=pending.tool,
+        status=Status.ERROR,
+        summary=f"The confirmed plan was not executed: {refused.message}",
+        error=ErrorDetail(code=refused.code),
+        trust=Trust.HANDRAIL,
+        source="handrail",
+    )
+
+
+def _call_named(pending: PendingPlan) -> ToolCall:
+    from handrail.calls import ToolCall  # noqa: PLC0415 - a runtime need in one place only
+
+    return ToolCall(id=pending.call_id, name=pending.tool, arguments=None)
+
+
+def _stand_in(call: ToolCall, logged: CallOutcome | None, *, executed: bool = False) -> Envelope:
+    """The recorded outcome of a write, as an envelope a replay shows the model."""
+    what = "execution" if executed else "call"
+    if logged is None:
+        return Envelope(
+            call_id=call.id,
+            tool=call.name,
+            status=Status.ERROR,
+            summary="A replay does not run writes, and this one has no recorded outcome.",
+            error=ErrorDetail(code=ErrorCode.RISK_BLOCKED),
+            trust=Trust.HANDRAIL,
+            source="handrail",
+        )
+    status = Status(logged.status)
+    code = None if logged.code is None else ErrorCode(logged.code)
+    return Envelope(
+        call_id=call.id,
+        tool=logged.tool,
+        status=status,
+        summary=f"Replayed: the recorded {what} of this write.",
+        truncated=status is Status.TRUNCATED,
+        error=None if code is None else ErrorDetail(code=code),
+        data={"plan_id": f"replayed-{call.id}"} if code in _PLANNED else None,
+        trust=Trust.HANDRAIL,
+        source="handrail",
+    )
+
+
+def _differences(
+    recorded: Sequence[StepLog],
+    replayed: Sequence[StepLog],
+    recorded_end: str,
+    replayed_end: str,
+) -> tuple[str, ...]:
+    found: list[str] = []
+    for index in range(max(len(recorded), len(replayed))):
+        if index >= len(recorded):
+            found.append(f"step {index + 1}: only in the replay")
+            continue
+        if index >= len(replayed):
+            found.append(f"step {index + 1}: only in the recorded run")
+            continue
+        found.extend(_step_differences(index + 1, recorded[index], replayed[index]))
+    if recorded_end != replayed_end:
+        found.append(f"end: recorded {recorded_end!r}, replayed {replayed_end!r}")
+    return tuple(found)
+
+
+def _step_differences(number: int, recorded: StepLog, replayed: StepLog) -> list[str]:
+    if recorded.kind != replayed.kind:
+        return [f"step {number}: recorded a {recorded.kind} step, replayed a {replayed.kind} step"]
+    if [c.call_id for c in recorded.calls] != [c.call_id for c in replayed.calls]:
+        return [f"step {number}: the calls differ"]
+    return [
+        f"step {number}: call {a.call_id!r} ({a.tool}) was {a.describe()}, replayed {b.describe()}"
+        for a, b in zip(recorded.calls, replayed.calls, strict=True)
+        if (a.tool, a.status, a.code) != (b.tool, b.status, b.code)
+    ]
