@@ -31,7 +31,7 @@ from handrail.calls import ToolCall
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
 from handrail.loop.budgets import ModelPrice, PriceTable, RunBudget
-from handrail.loop.models import ModelReply, parse_cassette, record_cassette
+from handrail.loop.models import ModelReply, cassette_items, parse_cassette
 
 __all__ = [
     "DOCUMENT_VERSION",
@@ -161,7 +161,8 @@ class RunData:
             "limits": budget_json(self.limits),
             "budget": dict(self.budget),
             "transcript": [_turn_json(turn) for turn in self.transcript],
-            "replies": json.loads(record_cassette(self.replies)),
+            # The cassette's objects as they are: no indent, no decode and encode again.
+            "replies": cassette_items(self.replies),
             "steps": [_step_json(step) for step in self.steps],
             "pending": [
                 {"plan_id": p.plan_id, "call_id": p.call_id, "tool": p.tool} for p in self.pending

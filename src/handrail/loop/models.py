@@ -55,6 +55,7 @@ __all__ = [
     "ScriptedModelClient",
     "ScriptedStep",
     "Usage",
+    "cassette_items",
     "load_cassette",
     "parse_cassette",
     "record_cassette",
@@ -549,6 +550,11 @@ _CALL_KEYS = frozenset({"id", "name", "arguments", "arguments_base64", "provider
 _USAGE_KEYS = frozenset({"input_tokens", "output_tokens"})
 
 
+def cassette_items(replies: Sequence[ModelReply]) -> list[dict[str, Any]]:
+    """The replies as the JSON objects of a cassette, not yet encoded."""
+    return [_reply_json(r) for r in replies]
+
+
 def record_cassette(replies: Sequence[ModelReply]) -> str:
     """The replies as a cassette: a JSON list, one object per reply, in order.
 
@@ -557,7 +563,7 @@ def record_cassette(replies: Sequence[ModelReply]) -> str:
     Raises CassetteError for arguments that are not JSON.
     """
     try:
-        return json.dumps([_reply_json(r) for r in replies], indent=2, allow_nan=False)
+        return json.dumps(cassette_items(replies), indent=2, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise CassetteError("the replies hold arguments that are not JSON") from exc
 
