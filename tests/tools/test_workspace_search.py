@@ -987,3 +987,33 @@ async def test_an_include_glob_selects_hidden_files_but_never_ignored_or_in_hidd
     assert _where(await search.search("hit")) == [("a.txt", 1)]
     chosen = await search.search("hit", include=["*", ".env*", "config"])
     assert _where(chosen) == [(".env.example", 1), ("a.txt", 1)]
+
+
+async def test_a_search_cancelled_while_its_process_starts_leaves_no_process_behind(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    search, pid_fifo = _sleeper(tmp_path, timeout=60)
+    real = asyncio.create_subprocess_exec
+    started = asyncio.Event()
+    handed_over = asyncio.Event()
+    pids: list[int] = []
+
+    async def slow_start(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await real(*args, **kwargs)
+        pids.append(process.pid)
+        started.set()
+        await handed_over.wait()  # the cancel arrives while the process is "starting"
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
+    task = asyncio.ensure_future(search.search("hit"))
+    child = await _pid(pid_fifo)
+    await started.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    handed_over.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _is_dead(child)
+    assert _is_dead(pids[0])

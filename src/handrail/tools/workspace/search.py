@@ -219,8 +219,8 @@ async def _run(
     deadline: float,
 ) -> _Run:
     """Run ripgrep, feed its output lines to `take` until it says stop; always reaped."""
-    try:
-        process = await asyncio.create_subprocess_exec(
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -229,7 +229,15 @@ async def _run(
             env={},
             start_new_session=True,
             limit=_READ_CHUNK,
-        )
+        ),
+    )
+    try:
+        # Shielded: a cancel while the process starts must not leave its group running
+        # (asyncio would kill only the direct child).
+        process = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await _abandon(starting)
+        raise
     except OSError:
         raise ToolFailed("The search program could not be started.") from None
     stdout, stderr = process.stdout, process.stderr
@@ -264,6 +272,17 @@ async def _reap(
     except TimeoutError:  # pragma: no cover - only a program that closed its output early
         _kill(process)
         errors.cancel()
+
+
+async def _abandon(starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """After a cancel during start: once the process exists, kill its group and reap it."""
+    try:
+        process = await asyncio.wait_for(asyncio.shield(starting), _DRAIN_SECONDS)
+    except (asyncio.CancelledError, TimeoutError, OSError):  # pragma: no cover - rare races
+        return
+    _kill(process)
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(process.wait(), _DRAIN_SECONDS)
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:
