@@ -7,11 +7,9 @@ the Alembic migrations.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
-from datetime import UTC, datetime
+from datetime import datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,10 +21,26 @@ from sqlalchemy.dialects import postgresql, sqlite
 from handrail.audit import AuditEvent, AuditSubject
 from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.plans import Impact, Plan, PlanRecord, PlanState
+from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_successor
-from handrail.spec import ConfirmationMode, RiskLevel
+from handrail.spec import ConfirmationMode
+from handrail.store._rows import EVENT_FIELDS as _EVENT_FIELDS
+from handrail.store._rows import EXECUTION_MUTABLE as _EXECUTION_MUTABLE
+from handrail.store._rows import RAW_LISTED as _RAW_LISTED
+from handrail.store._rows import SUBJECT_FIELDS as _SUBJECT_FIELDS
+from handrail.store._rows import aware as _aware
+from handrail.store._rows import event_row as _row
+from handrail.store._rows import execution_of as _execution
+from handrail.store._rows import execution_params, execution_row
+from handrail.store._rows import execution_values as _execution_row
+from handrail.store._rows import plan_of as _plan
+from handrail.store._rows import plan_row as _plan_row
+from handrail.store._rows import raw_of as _raw
+from handrail.store._rows import raw_row as _raw_row
+from handrail.store._rows import run_of as _run
+from handrail.store._rows import run_row as _run_row
+from handrail.store._rows import utc as _utc
 
 if TYPE_CHECKING:
     from handrail.store._pg_async import AsyncExecutions
@@ -52,178 +66,6 @@ __all__ = [
 T = TypeVar("T")
 
 _NOT_STARTED = (ExecutionStatus.PREPARED.value, ExecutionStatus.FAILED_FINAL.value)
-
-_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent) if f.name != "subject")
-_SUBJECT_FIELDS = tuple(f.name for f in fields(AuditSubject))
-
-
-def _row(event: AuditEvent) -> dict[str, object]:
-    # Not dataclasses.asdict: it deep-copies every value, which costs 20x more.
-    row = {name: getattr(event, name) for name in _EVENT_FIELDS}
-    subject = event.subject
-    row.update((name, getattr(subject, name)) for name in _SUBJECT_FIELDS)
-    return row
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite returns naive datetimes; every stored time is UTC.
-    return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _maybe_aware(value: datetime | None) -> datetime | None:
-    return None if value is None else _aware(value)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite stores times as text without the offset, so every bound time is UTC.
-    return None if value is None else value.astimezone(UTC)
-
-
-_EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionRecord))
-_EXECUTION_TIMES = frozenset(
-    {"lease_expires_at", "next_check_at", "created_at", "updated_at", "retain_until"},
-)
-_EXECUTION_MUTABLE = tuple(
-    name
-    for name in _EXECUTION_FIELDS
-    if name
-    not in {
-        "idempotency_key",
-        "plan_id",
-        "plan_hash",
-        "tool",
-        "tenant_id",
-        "user_id",
-        "created_at",
-    }
-)
-
-
-def execution_row(record: ExecutionRecord) -> dict[str, Any]:
-    """The record as the parameters of an INSERT into executions (times in UTC)."""
-    return _execution_row(record)
-
-
-def execution_params(
-    record: ExecutionRecord,
-    *,
-    expect_status: ExecutionStatus,
-    expect_version: int,
-    lease_owner: str | None,
-    lease_valid_at: datetime | None,
-) -> dict[str, Any]:
-    """The parameters of the compare-and-set UPDATE that writes `record`."""
-    row = _execution_row(record)
-    params: dict[str, Any] = {f"v_{name}": row[name] for name in _EXECUTION_MUTABLE}
-    params.update(
-        k_key=record.idempotency_key,
-        k_status=expect_status.value,
-        k_version=expect_version,
-        k_owner=lease_owner,
-        k_valid=_utc(lease_valid_at),
-    )
-    return params
-
-
-def _execution_row(record: ExecutionRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(record, name) for name in _EXECUTION_FIELDS}
-    for name in _EXECUTION_TIMES:
-        row[name] = _utc(row[name])
-    row["status"] = record.status.value
-    return row
-
-
-def _execution(row: sa.RowMapping) -> ExecutionRecord:
-    values = {name: row[name] for name in _EXECUTION_FIELDS}
-    for name in _EXECUTION_TIMES:
-        values[name] = _maybe_aware(values[name])
-    values["status"] = ExecutionStatus(values["status"])
-    values["escalated"] = bool(values["escalated"])
-    return ExecutionRecord(**values)
-
-
-def _plan_row(record: PlanRecord) -> dict[str, Any]:
-    plan = record.plan
-    return {
-        "plan_id": plan.plan_id,
-        "tool": plan.tool,
-        "schema_version": plan.schema_version,
-        "arguments": plan.arguments,
-        "expected_version": plan.expected_version,
-        "user_id": plan.user_id,
-        "tenant_id": plan.tenant_id,
-        "risk": int(plan.risk),
-        "confirmation": plan.confirmation.value,
-        "required_approvals": plan.required_approvals,
-        "impact": json.dumps(plan.impact.to_json(), sort_keys=True, ensure_ascii=False),
-        "created_at": _utc(plan.created_at),
-        "expires_at": _utc(plan.expires_at),
-        "revises": plan.revises,
-        "approver_permission": plan.approver_permission,
-        "plan_hash": plan.plan_hash,
-        "state": record.state.value,
-        "version": record.version,
-        "updated_at": _utc(record.updated_at),
-    }
-
-
-def _plan(row: sa.RowMapping, approvals: frozenset[str]) -> PlanRecord:
-    plan = Plan(
-        plan_id=row["plan_id"],
-        tool=row["tool"],
-        schema_version=row["schema_version"],
-        arguments=row["arguments"],
-        expected_version=row["expected_version"],
-        user_id=row["user_id"],
-        tenant_id=row["tenant_id"],
-        risk=RiskLevel(row["risk"]),
-        confirmation=ConfirmationMode(row["confirmation"]),
-        required_approvals=row["required_approvals"],
-        impact=Impact.from_json(json.loads(row["impact"])),
-        created_at=_aware(row["created_at"]),
-        expires_at=_aware(row["expires_at"]),
-        revises=row["revises"],
-        approver_permission=row["approver_permission"],
-        plan_hash=row["plan_hash"],
-    )
-    state = PlanState(row["state"])
-    if row["succeeded"] and state is PlanState.CONFIRMED:
-        state = PlanState.EXECUTED
-    return PlanRecord(
-        plan=plan,
-        state=state,
-        version=row["version"],
-        approvals=approvals,
-        updated_at=_aware(row["updated_at"]),
-    )
-
-
-_RAW_FIELDS = tuple(f.name for f in fields(RawRecord))
-_RAW_LISTED = tuple(name for name in _RAW_FIELDS if name != "body")
-
-
-def _raw_row(record: RawRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(record, name) for name in _RAW_FIELDS}
-    row["created_at"] = _utc(record.created_at)
-    row["expires_at"] = _utc(record.expires_at)
-    return row
-
-
-def _raw(row: sa.RowMapping) -> RawRecord:
-    return RawRecord(
-        ref=row["ref"],
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        tool=row["tool"],
-        call_id=row["call_id"],
-        created_at=_aware(row["created_at"]),
-        expires_at=_aware(row["expires_at"]),
-        media_type=row["media_type"],
-        size=int(row["size"]),
-        complete=bool(row["complete"]),
-        # A listing leaves the body out; drivers may hand back a memoryview.
-        body=bytes(row["body"]) if "body" in row else b"",
-    )
 
 
 def _immediate(connection: sa.Connection) -> sa.Connection:
@@ -291,32 +133,6 @@ _UPDATE_RUN = (
         data=sa.bindparam("v_data", type_=_U.data.type),
     )
 )
-
-
-def _run_row(record: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": record.run_id,
-        "tenant_id": record.tenant_id,
-        "user_id": record.user_id,
-        "state": record.state.value,
-        "version": record.version,
-        "created_at": _utc(record.created_at),
-        "updated_at": _utc(record.updated_at),
-        "data": record.data,
-    }
-
-
-def _run(row: sa.RowMapping) -> RunRecord:
-    return RunRecord(
-        run_id=row["run_id"],
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        state=RunState(row["state"]),
-        version=row["version"],
-        created_at=_aware(row["created_at"]),
-        updated_at=_aware(row["updated_at"]),
-        data=row["data"],
-    )
 
 
 def _replace_statement(*, owner: bool, valid: bool, plan: bool = False) -> sa.Update:
