@@ -23,10 +23,10 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from handrail.adapters._common import plain_json
 from handrail.adapters.anthropic import AnthropicAdapter
@@ -37,6 +37,8 @@ from handrail.calls import ToolCall
 from handrail.errors import ConfigurationError, ErrorCode, HandrailError
 from handrail.spec import ToolSpec
 from handrail.testing import ModelTurn, ScriptExhaustedError
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     import anthropic
@@ -203,6 +205,30 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+async def _call_sdk(provider: str, sdk: Any, work: Awaitable[_T], timeout: float) -> _T:  # noqa: ANN401 - the openai or anthropic module
+    """Await one SDK request within `timeout`, its errors mapped to ModelError.
+
+    Both SDKs name their errors alike: APITimeoutError, APIStatusError,
+    APIConnectionError under one base class (OpenAIError, AnthropicError).
+    """
+    base = sdk.OpenAIError if hasattr(sdk, "OpenAIError") else sdk.AnthropicError
+    try:
+        async with asyncio.timeout(timeout):
+            return await work
+    except (TimeoutError, sdk.APITimeoutError):
+        raise _timeout_error(provider) from None
+    except sdk.APIStatusError as exc:
+        raise _status_error(provider, exc.status_code, exc.response.headers) from exc
+    except sdk.APIConnectionError as exc:
+        raise ModelError(
+            f"{provider} could not be reached",
+            provider=provider,
+            code=ErrorCode.TRANSIENT,
+        ) from exc
+    except base as exc:
+        raise _unreadable(provider, type(exc).__name__) from exc
+
+
 def _timeout_error(provider: str) -> ModelError:
     return ModelError(
         f"{provider} did not answer in time", provider=provider, code=ErrorCode.TIMEOUT
@@ -319,24 +345,12 @@ class OpenAICompatibleClient:
         if request.max_output_tokens is not None:
             options[self._max_tokens_field] = request.max_output_tokens
         provider = self.adapter.provider
-        try:
-            async with asyncio.timeout(timeout):
-                completion = await self._client.chat.completions.create(
-                    **options,
-                    timeout=timeout,
-                )
-        except (TimeoutError, openai.APITimeoutError):
-            raise _timeout_error(provider) from None
-        except openai.APIStatusError as exc:
-            raise _status_error(provider, exc.status_code, exc.response.headers) from exc
-        except openai.APIConnectionError as exc:
-            raise ModelError(
-                f"{provider} could not be reached",
-                provider=provider,
-                code=ErrorCode.TRANSIENT,
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise _unreadable(provider, type(exc).__name__) from exc
+        completion = await _call_sdk(
+            provider,
+            openai,
+            self._client.chat.completions.create(**options, timeout=timeout),
+            timeout,
+        )
         return self._reply(completion, definitions)
 
     def _reply(self, completion: object, definitions: Definitions) -> ModelReply:
@@ -437,21 +451,12 @@ class AnthropicClient:
             options["tools"] = definitions.payload
             options["tool_choice"] = self.adapter.tool_choice(request.tool_choice)
         provider = self.adapter.provider
-        try:
-            async with asyncio.timeout(timeout):
-                message = await self._client.messages.create(**options, timeout=timeout)
-        except (TimeoutError, anthropic.APITimeoutError):
-            raise _timeout_error(provider) from None
-        except anthropic.APIStatusError as exc:
-            raise _status_error(provider, exc.status_code, exc.response.headers) from exc
-        except anthropic.APIConnectionError as exc:
-            raise ModelError(
-                f"{provider} could not be reached",
-                provider=provider,
-                code=ErrorCode.TRANSIENT,
-            ) from exc
-        except anthropic.AnthropicError as exc:
-            raise _unreadable(provider, type(exc).__name__) from exc
+        message = await _call_sdk(
+            provider,
+            anthropic,
+            self._client.messages.create(**options, timeout=timeout),
+            timeout,
+        )
         return self._reply(message)
 
     def _reply(self, message: object) -> ModelReply:
