@@ -674,3 +674,41 @@ def test_executions_list_refuses_an_unknown_status(
     )
     assert result.exit_code == 2
     assert "unknown status" in result.stderr
+
+
+def test_executions_list_shows_a_purged_record_as_a_tombstone_with_its_business_id(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    store_url = unknown_write["store"]
+    resolved = runner.invoke(
+        cli.app,
+        [
+            "executions",
+            "resolve",
+            unknown_write["key"],
+            "--store",
+            store_url,
+            "--succeeded",
+            "--business-id",
+            unknown_write["ticket_no"],
+            "--operator",
+            "ops-anna",
+            "--note",
+            "ticket found in the service console",
+        ],
+    )
+    assert resolved.exit_code == 0, resolved.output
+    store = open_store(store_url, migrate=False)
+    try:
+        assert store.purge_executions(now=datetime.now(UTC) + timedelta(days=30)) == 1
+    finally:
+        store.close()
+    listed = runner.invoke(cli.app, ["executions", "list", "--store", store_url, "--status", "all"])
+    assert listed.exit_code == 0, listed.output
+    assert "(purged)" in listed.stdout
+    assert unknown_write["ticket_no"] in listed.stdout
+    assert _execution_status(store_url, unknown_write["key"]) == (
+        "SUCCEEDED",
+        unknown_write["ticket_no"],
+    )

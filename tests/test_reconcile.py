@@ -235,7 +235,7 @@ async def test_two_reconcilers_never_check_one_record_twice(store: Store) -> Non
     assert setup.status(key) is ExecutionStatus.SUCCEEDED
 
 
-async def test_settled_records_are_purged_after_retention(store: Store) -> None:
+async def test_settled_records_are_purged_to_tombstones_after_retention(store: Store) -> None:
     setup = Setup(store)
     _, key = await setup.unknown()
     setup.clock.advance(5)
@@ -244,7 +244,12 @@ async def test_settled_records_are_purged_after_retention(store: Store) -> None:
     assert (await setup.reconciler().run_once()).purged == 0
     setup.clock.advance(120)
     assert (await setup.reconciler().run_once()).purged == 1
-    assert store.get_execution(key) is None
+    tombstone = store.get_execution(key)
+    assert tombstone is not None
+    assert tombstone.purged_at == setup.clock.now()
+    assert (tombstone.status, tombstone.business_id) == (ExecutionStatus.SUCCEEDED, "TK-0001")
+    assert tombstone.result is None
+    assert (await setup.reconciler().run_once()).purged == 0
 
 
 async def test_worker_mode_runs_passes_until_stopped(store: Store) -> None:

@@ -125,6 +125,8 @@ def test_error_codes_are_the_stable_strings_of_the_design() -> None:
         "PLAN_EXPIRED",
         "PLAN_CHANGED",
         "PLAN_CLOSED",
+        # A write whose record was purged to a tombstone: it ran, and never runs again.
+        "ALREADY_EXECUTED",
     }
 
 

@@ -93,6 +93,9 @@ class ErrorCode(StrEnum):
     """The token was issued for a different plan hash: arguments, version or tool changed."""
     PLAN_CLOSED = "PLAN_CLOSED"
     """The plan was rejected, superseded or is not in a state that allows the request."""
+    # Writes whose stored result outlived its retention.
+    ALREADY_EXECUTED = "ALREADY_EXECUTED"
+    """The key's write ran and succeeded before; its result is no longer kept. Not run again."""
 
 
 # --- developers and operators ------------------------------------------------------------

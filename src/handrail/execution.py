@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from handrail.principal import Principal
 
 __all__ = [
+    "TOMBSTONE_ARGUMENTS",
+    "TOMBSTONE_PRINCIPAL",
     "ExecutionRecord",
     "ExecutionStatus",
     "WriteJob",
@@ -82,6 +84,12 @@ def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
     if new not in _MOVES[current]:
         msg = f"an execution cannot move from {current} to {new}"
         raise IllegalTransitionError(msg)
+
+
+TOMBSTONE_ARGUMENTS = "{}"
+"""What a purged record keeps of its arguments: nothing."""
+TOMBSTONE_PRINCIPAL = "{}"
+"""What a purged record keeps of its principal snapshot: nothing (its user and tenant stay)."""
 
 
 def _key(document: Mapping[str, Any]) -> str:
@@ -135,6 +143,13 @@ class ExecutionRecord:
     of who asked (user, tenant, roles, permissions, data scope), so a reconciler in
     another process can retry with the same context. `version` grows by one with
     every write of the row.
+
+    A settled record past its retention is purged to a *tombstone* (`purged_at` set):
+    its arguments, principal snapshot and result are dropped, while its key, plan id
+    and hash, tool, tenant, user, status, error code and business id stay, for good.
+    The key stays taken, so a repeat of its plan or command id is still answered
+    (already executed) and never runs again, and a plan with a SUCCEEDED tombstone
+    still reads EXECUTED.
     """
 
     idempotency_key: str
@@ -160,6 +175,27 @@ class ExecutionRecord:
     updated_at: datetime
     retain_until: datetime | None
     version: int
+    purged_at: datetime | None = None
+
+    @property
+    def purged(self) -> bool:
+        """True for a tombstone: the record outlived its retention and was stripped."""
+        return self.purged_at is not None
+
+    def tombstone(self, at: datetime) -> ExecutionRecord:
+        """What a purge at `at` keeps of this settled record (the version bumped)."""
+        if not self.status.settled:
+            msg = f"only a settled record can be purged, not a {self.status} one"
+            raise IllegalTransitionError(msg)
+        return dataclasses.replace(
+            self,
+            arguments=TOMBSTONE_ARGUMENTS,
+            principal=TOMBSTONE_PRINCIPAL,
+            result=None,
+            retain_until=None,
+            purged_at=at,
+            version=self.version + 1,
+        )
 
     @property
     def result_value(self) -> Any:  # noqa: ANN401 - any JSON value

@@ -15,6 +15,7 @@ commit or neither does, so they never need reconciling.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 from collections.abc import Callable, Coroutine, Mapping
@@ -612,6 +613,8 @@ class Executor:
         return self._clock.now() + timedelta(seconds=tool.spec.idempotency.retention_seconds)
 
     def _from_record(self, job: WriteJob, record: ExecutionRecord) -> Envelope:
+        if record.purged:
+            return self._from_tombstone(job, record)
         if record.status is ExecutionStatus.SUCCEEDED:
             # The stored result as it is; whoever hands it to a model shapes it first.
             return Envelope(
@@ -628,6 +631,25 @@ class Executor:
             message = stored.get("message") if isinstance(stored, dict) else None
             return self._error(job, code, str(message or _GENERIC_FAILURE))
         return self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT)
+
+    def _from_tombstone(self, job: WriteJob, record: ExecutionRecord) -> Envelope:
+        """A repeat of a write whose record was purged: it ran; it never runs again."""
+        if record.status is ExecutionStatus.SUCCEEDED:
+            business = f" ({record.business_id})" if record.business_id else ""
+            envelope = self._error(
+                job,
+                ErrorCode.ALREADY_EXECUTED,
+                f"This write already ran and succeeded{business}; its result is no longer "
+                "kept. It was not run again. Do not repeat it.",
+            )
+            data = {"business_id": record.business_id} if record.business_id else None
+            return dataclasses.replace(envelope, data=data)
+        return self._error(
+            job,
+            ErrorCode(record.error_code or ErrorCode.FAILED_FINAL.value),
+            "This write already ran and failed for good; its details are no longer kept. "
+            "It was not run again.",
+        )
 
     def _error(
         self,

@@ -108,7 +108,9 @@ class IdempotencyPolicy:
     PLAN keys come from a confirmed plan; COMMAND_ID keys from an id the host supplies
     for its own intent (never from the model). A key is always scoped to tenant and
     tool, and to the principal with `scope=PRINCIPAL`. A stored result answers repeats
-    of its key for `retention_seconds` after it settles (24 hours by default).
+    of its key for `retention_seconds` after it settles (24 hours by default); then the
+    record is purged to a tombstone that keeps the key taken for good, so a repeat is
+    refused as ALREADY_EXECUTED and never runs again.
     """
 
     mode: IdempotencyMode = IdempotencyMode.NONE

@@ -3,9 +3,9 @@
 A command id reused with other arguments is refused and audited and runs nothing. Keys
 are scoped: two tenants (and, with PRINCIPAL scope, two users) with the same command id
 are independent intents that never see each other's results. Thirty-two concurrent
-duplicates make one effect. A stored result answers repeats for the retention window and
-is purged after it. Argument bombs sent to a write are refused before any plan or
-execution record exists.
+duplicates make one effect. A stored result answers repeats for the retention window;
+after it only a tombstone of the key stays, which refuses every repeat. Argument bombs
+sent to a write are refused before any plan or execution record exists.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ async def test_thirty_two_concurrent_duplicates_make_one_effect(store: Store) ->
 
 
 @pytest.mark.invariant(4)
-async def test_a_result_is_replayed_for_the_retention_window_and_purged_after_it(
+async def test_a_result_is_replayed_for_the_retention_window_and_only_a_tombstone_after_it(
     host: Host,
 ) -> None:
     first = await host.send(ALICE, "cmd-1", HELLO)
@@ -313,11 +313,17 @@ async def test_a_result_is_replayed_for_the_retention_window_and_purged_after_it
 
     host.clock.advance(60)
     assert (await reconciler.run_once()).purged == 1
-    assert host.store.get_execution(key) is None
-    # Past the window the key names a new intent: the documented end of deduplication.
-    fresh = await host.send(ALICE, "cmd-1", OTHER)
-    assert fresh.status is Status.OK
-    assert len(host.outbox.sent) == 2
+    tombstone = host.store.get_execution(key)
+    assert tombstone is not None
+    assert (tombstone.result, tombstone.arguments) == (None, "{}")
+    # Past the window the result is gone, the key is not: the command never runs again,
+    # and other arguments under it are still another intent.
+    again = await host.send(ALICE, "cmd-1", HELLO)
+    assert again.error_type is ErrorCode.ALREADY_EXECUTED
+    assert again.data == {"business_id": first.data["message_id"]}
+    other = await host.send(ALICE, "cmd-1", OTHER)
+    assert other.error_type is ErrorCode.IDEMPOTENCY_MISMATCH
+    assert len(host.outbox.sent) == 1
 
 
 def _rows(store: Store, table: str) -> int:

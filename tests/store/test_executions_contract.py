@@ -326,7 +326,7 @@ def test_due_executions_respect_the_limit(store: Store) -> None:
     assert store.due_executions(now=NOW, limit=0) == []
 
 
-def test_purge_deletes_only_settled_records_whose_retention_ended(store: Store) -> None:
+def test_purge_strips_only_settled_records_whose_retention_ended(store: Store) -> None:
     purged = [
         _record("gone-succeeded", status=S.SUCCEEDED, retain_until=NOW - _us(1)),
         _record("gone-failed", status=S.FAILED_FINAL, retain_until=NOW),
@@ -342,7 +342,10 @@ def test_purge_deletes_only_settled_records_whose_retention_ended(store: Store) 
     for record in [*purged, *kept]:
         store.insert_execution(record)
     assert store.purge_executions(now=NOW) == 2
-    assert [store.get_execution(r.idempotency_key) for r in purged] == [None, None]
+    # Tombstones, not deletions (tests/store/test_execution_purge_contract.py).
+    assert [store.get_execution(r.idempotency_key) for r in purged] == [
+        r.tombstone(NOW) for r in purged
+    ]
     assert [store.get_execution(r.idempotency_key) for r in kept] == kept
     assert store.purge_executions(now=NOW) == 0
 

@@ -273,7 +273,7 @@ def _assert_upgrades_a_0002_database(engine: sa.Engine, reopen: Callable[[], Sql
     old.append_audit([_event()])
     store = reopen()
     try:
-        assert _version(store.engine) == ["0004"]
+        assert _version(store.engine) == ["0005"]
         with store.engine.connect() as connection:
             assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         assert [e.event_id for e in store.read_audit()] == ["ev-old"]

@@ -442,7 +442,7 @@ def _assert_upgrades_a_0003_database(engine: sa.Engine, reopen: Callable[[], Sql
     SqlStore(engine).put_raw(_raw())
     store = reopen()
     try:
-        assert _version(store.engine) == ["0004"]
+        assert _version(store.engine) == ["0005"]
         with store.engine.connect() as connection:
             assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         assert store.get_raw("raw_old") == _raw()

@@ -145,7 +145,7 @@ def _assert_migrated_to_exactly_the_declared_tables(store: SqliteStore | Postgre
     tables = set(sa.inspect(store.engine).get_table_names()) - {"alembic_version"}
     assert diff == []
     assert tables == set(metadata.tables)
-    assert [row[0] for row in versions] == ["0004"]
+    assert [row[0] for row in versions] == ["0005"]
 
 
 @pytest.mark.postgres

@@ -1,9 +1,11 @@
 """`handrail executions`: execution records for people, and their manual resolution.
 
 `list` shows records (UNKNOWN ones by default): the ones a reconciler could not
-settle. `resolve` is how a person settles one after checking the downstream system
-by its idempotency key; the decision, the operator and the note are stored and
-audited. The store is opened without migrating; a missing SQLite file is an error.
+settle. A record past its retention is listed as a tombstone, "(purged)": its key,
+status and business id stay for good; its arguments and result are gone. `resolve`
+is how a person settles one after checking the downstream system by its idempotency
+key; the decision, the operator and the note are stored and audited. The store is
+opened without migrating; a missing SQLite file is an error.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ _COLUMNS = (
 def _row(record: ExecutionRecord) -> tuple[str, ...]:
     return (
         record.updated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        record.status.value,
+        f"{record.status.value} (purged)" if record.purged else record.status.value,
         record.tool,
         record.tenant_id,
         str(record.checks),

@@ -146,7 +146,12 @@ def _table(report: PassReport, *, caption: str) -> Table:
     for label, field, meaning in _ROWS:
         keys: tuple[str, ...] = getattr(report, field)
         table.add_row(label, str(len(keys)), meaning, "\n".join(keys))
-    table.add_row("purged", str(report.purged), "settled records past their retention", "")
+    table.add_row(
+        "purged",
+        str(report.purged),
+        "settled records past their retention, kept as tombstones of their keys",
+        "",
+    )
     return table
 
 

@@ -70,7 +70,7 @@ def utc(value: datetime | None) -> datetime | None:
 
 _EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionRecord))
 _EXECUTION_TIMES = frozenset(
-    {"lease_expires_at", "next_check_at", "created_at", "updated_at", "retain_until"},
+    {"lease_expires_at", "next_check_at", "created_at", "updated_at", "retain_until", "purged_at"},
 )
 EXECUTION_MUTABLE = tuple(
     name

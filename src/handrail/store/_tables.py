@@ -100,6 +100,7 @@ executions = sa.Table(
     sa.Column("updated_at", _TIME, nullable=False),
     sa.Column("retain_until", _TIME),
     sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("purged_at", _TIME),
     sa.Index("ix_executions_status_check", "status", "next_check_at"),
     sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
     sa.Index("ix_executions_retain", "retain_until"),

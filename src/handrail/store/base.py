@@ -53,7 +53,8 @@ class Store(Protocol):
         """The plan with its state (and its approvals, for APPROVE plans), or None.
 
         A CONFIRMED plan with a SUCCEEDED execution record reads as EXECUTED: the state
-        is derived from the record, so the two can never disagree.
+        is derived from the record, so the two can never disagree. A purged record is a
+        tombstone that keeps its status, so the plan stays EXECUTED.
         """
         ...
 
@@ -140,7 +141,13 @@ class Store(Protocol):
         ...
 
     def purge_executions(self, *, now: datetime) -> int:
-        """Delete settled records whose retention ended before `now`; how many."""
+        """Strip settled records whose retention ended by `now` to tombstones; how many.
+
+        A tombstone (`ExecutionRecord.tombstone`) keeps the row and its key for good,
+        without arguments, principal snapshot or result, so no plan or command id can
+        ever claim the key again: exactly-once never depends on retention settings.
+        Tombstones are not purged again.
+        """
         ...
 
     # --- raw results -------------------------------------------------------------------------

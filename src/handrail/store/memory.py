@@ -213,15 +213,15 @@ class MemoryStore:
         return found[: max(0, limit)]
 
     def purge_executions(self, *, now: datetime) -> int:
-        """Drop settled records past retention."""
+        """Strip settled records past retention to tombstones; their keys stay taken."""
         with self._lock:
             gone = [
-                key
-                for key, r in self._executions.items()
+                r
+                for r in self._executions.values()
                 if r.status.settled and r.retain_until is not None and r.retain_until <= now
             ]
-            for key in gone:
-                del self._executions[key]
+            for record in gone:
+                self._executions[record.idempotency_key] = record.tombstone(now.astimezone(UTC))
         return len(gone)
 
     def put_raw(self, record: RawRecord) -> None:

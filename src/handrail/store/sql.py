@@ -20,7 +20,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from handrail.audit import AuditEvent, AuditSubject
 from handrail.errors import StoreError
-from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.execution import (
+    TOMBSTONE_ARGUMENTS,
+    TOMBSTONE_PRINCIPAL,
+    ExecutionRecord,
+    ExecutionStatus,
+)
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_successor
@@ -108,6 +113,22 @@ _MOVE_PLAN = (
     )
 )
 _SELECT_EXECUTION = sa.select(executions).where(_E.idempotency_key == sa.bindparam("k_key"))
+# A purge keeps the row, so the key stays taken: what ExecutionRecord.tombstone() keeps.
+_PURGE_EXECUTIONS = (
+    executions.update()
+    .where(
+        _E.status.in_([ExecutionStatus.SUCCEEDED.value, ExecutionStatus.FAILED_FINAL.value]),
+        _E.retain_until <= sa.bindparam("k_now", type_=_E.retain_until.type),
+    )
+    .values(
+        arguments=TOMBSTONE_ARGUMENTS,
+        principal=TOMBSTONE_PRINCIPAL,
+        result=None,
+        retain_until=None,
+        purged_at=sa.bindparam("v_purged_at", type_=_E.purged_at.type),
+        version=_E.version + 1,
+    )
+)
 _R = raw_results.c
 _SELECT_RAW = sa.select(raw_results).where(_R.ref == sa.bindparam("k_ref"))
 _LIST_RAW = (
@@ -569,15 +590,11 @@ class SqlStore:
         )
 
     def purge_executions(self, *, now: datetime) -> int:
-        """Drop settled records past retention."""
-        c = executions.c
-        statement = executions.delete().where(
-            c.status.in_([ExecutionStatus.SUCCEEDED.value, ExecutionStatus.FAILED_FINAL.value]),
-            c.retain_until <= _utc(now),
-        )
+        """Strip settled records past retention to tombstones, in one UPDATE."""
+        params = {"k_now": _utc(now), "v_purged_at": _utc(now)}
         return self._write(
             "execution purge",
-            lambda conn: int(conn.execute(statement).rowcount),
+            lambda conn: int(conn.execute(_PURGE_EXECUTIONS, params).rowcount),
             None,
             single=True,
         )
