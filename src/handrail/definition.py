@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from handrail.canonical import content_version
 from handrail.context import ToolContext
 from handrail.errors import ErrorCode, Refusal, RegistrationError
+from handrail.fencing import run_in_thread
 from handrail.plans import Impact
 from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
 from handrail.schema import prepare_raw_schema as _prepare_raw_schema
@@ -290,7 +291,9 @@ def _guarded(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
 
 async def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> object:  # noqa: ANN401
     # Run sync code off the event loop; contextvars are copied like asyncio.to_thread.
-    return await asyncio.to_thread(_guarded, fn, args, kwargs)
+    # A write attempt's thread passes its fence first: it never starts the tool after
+    # the attempt was abandoned or its lease ran out.
+    return await run_in_thread(_guarded, fn, args, kwargs)
 
 
 def _build_spec(

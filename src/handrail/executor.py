@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import json
 import random
+import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +41,8 @@ from handrail.errors import (
     ToolSignal,
 )
 from handrail.execution import ExecutionRecord, ExecutionStatus, WriteJob, WriteOutcome
+from handrail.fencing import Fence, FencedOffError, ThreadOutcome, fenced
+from handrail.leases import LeaseKeeper
 from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.retry import Sleep, retrying
@@ -57,6 +60,8 @@ T = TypeVar("T")
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.2
+_MIN_LEASE_S = 1.0
+"""The shortest span a heartbeat renews a lease by, whatever the tool's lease grace."""
 
 
 class Executor:
@@ -89,6 +94,9 @@ class Executor:
         self._worker = worker_id
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
+        # Attempts whose thread outlived their caller, and their lease keepers.
+        self._held: set[LeaseKeeper] = set()
+        self._held_changed = threading.Condition()
 
     @property
     def store(self) -> Store:
@@ -301,8 +309,18 @@ class Executor:
         tool = job.tool
         bound = tool.bind(dict(job.arguments))
         transient = tool.spec.retry.transient
+        lease_until = record.lease_expires_at
+
+        def may_start() -> bool:
+            return lease_until is not None and self._clock.now() < lease_until
+
+        # Sync tools pass this fence in their worker thread, right before the call.
+        fence = Fence(may_start=may_start)
 
         async def attempt(n: int) -> object:
+            # Right before the call: a worker whose lease ran out never starts the effect.
+            if not may_start():
+                raise FencedOffError
             ctx = self._context(job, record, deadline, n)
             return await within(tool.invoke(bound, ctx), deadline - self._clock.monotonic())
 
@@ -312,89 +330,217 @@ class Executor:
             return tool.reconcile is not None and isinstance(exc, transient)
 
         try:
-            result = await retrying(
-                attempt,
-                policy=tool.spec.retry,
-                retryable=retryable,
-                deadline=deadline,
-                clock=self._clock,
-                sleep=self._sleep,
-                rng=self._rng,
-            )
+            with fenced(fence):
+                result = await retrying(
+                    attempt,
+                    policy=tool.spec.retry,
+                    retryable=retryable,
+                    deadline=deadline,
+                    clock=self._clock,
+                    sleep=self._sleep,
+                    rng=self._rng,
+                )
         except asyncio.CancelledError:
             # The caller stopped waiting; the write may still land downstream.
+            if fence.abandon():
+                self._hold(job, record, fence, "cancelled while running")
+                raise
             await asyncio.shield(self._settle_unknown(job, record, "cancelled while running"))
             raise
-        except ToolRetryable as signal:
+        except FencedOffError:
+            return self._fenced_off(job)
+        except (DeadlineExceededError, Exception) as exc:  # noqa: BLE001 - the tool boundary
+            if fence.abandon():
+                # A worker thread is still inside the tool: the attempt is not over.
+                return self._hold(job, record, fence, _reason(exc))
+            new, envelope, note = self._conclude(job, record, error=exc)
+        else:
+            new, envelope, note = self._conclude(job, record, result=result)
+        return await self._write_outcome(job, record, new, envelope, note=note)
+
+    def _conclude(
+        self,
+        job: WriteJob,
+        record: ExecutionRecord,
+        *,
+        result: object = None,
+        error: Exception | None = None,
+        late: bool = False,
+    ) -> tuple[ExecutionRecord, Envelope, str | None]:
+        """What an attempt that ended with `result` or `error` makes of its RUNNING record.
+
+        The new record, the envelope for the caller and a note for the audit trail.
+        `late` marks a call that ended after its caller had stopped waiting.
+        """
+        tool = job.tool
+        now = self._clock.now()
+        if error is None:
+            stored, note = self._stored(result)
+            succeeded = record.moved(
+                ExecutionStatus.SUCCEEDED,
+                result=stored,
+                business_id=tool.business_id_of(result),
+                error_code=None,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=now,
+                retain_until=self._retain_until(tool),
+            )
+            return succeeded, self._from_record(job, succeeded), note
+        if isinstance(error, ToolRetryable):
             # Declared transient and not done: the record goes back to PREPARED so the
             # same key can run again later.
             released = record.moved(
                 ExecutionStatus.PREPARED,
                 lease_owner=None,
                 lease_expires_at=None,
-                error_code=signal.code.value,
-                updated_at=self._clock.now(),
+                error_code=error.code.value,
+                updated_at=now,
             )
-            return await self._write_outcome(
-                job,
-                record,
-                released,
-                self._error(
-                    job, signal.code, signal.message, retryable=True, retry_after=signal.retry_after
-                ),
+            envelope = self._error(
+                job, error.code, error.message, retryable=True, retry_after=error.retry_after
             )
-        except ToolSignal as signal:
+            return released, envelope, None
+        if isinstance(error, ToolSignal):
             failed = record.moved(
                 ExecutionStatus.FAILED_FINAL,
-                error_code=signal.code.value,
+                error_code=error.code.value,
                 lease_owner=None,
                 lease_expires_at=None,
-                updated_at=self._clock.now(),
+                updated_at=now,
                 retain_until=self._retain_until(tool),
-                result=json.dumps({"message": signal.message}),
+                result=json.dumps({"message": error.message}),
             )
-            return await self._write_outcome(
-                job, record, failed, self._error(job, signal.code, signal.message)
-            )
-        except (DeadlineExceededError, Exception) as exc:  # noqa: BLE001 - the tool boundary
-            reason = "deadline passed" if isinstance(exc, DeadlineExceededError) else _name(exc)
-            return await self._settle_unknown(job, record, reason)
-        return await self._succeed(job, record, result)
+            return failed, self._error(job, error.code, error.message), None
+        unknown = self._unknown(job, record, late=late)
+        return unknown, self._from_record(job, unknown), _reason(error)
 
-    async def _succeed(
-        self, job: WriteJob, record: ExecutionRecord, result: object
-    ) -> WriteOutcome:
-        tool = job.tool
-        stored, note = self._stored(result)
-        succeeded = record.moved(
-            ExecutionStatus.SUCCEEDED,
-            result=stored,
-            business_id=tool.business_id_of(result),
-            error_code=None,
+    def _unknown(
+        self, job: WriteJob, record: ExecutionRecord, *, late: bool = False
+    ) -> ExecutionRecord:
+        policy = job.tool.spec.reconcile
+        # After a late end, "not found" is proof only a grace after the call ended.
+        wait = max(policy.first_check, policy.not_found_grace) if late else policy.first_check
+        return record.moved(
+            ExecutionStatus.UNKNOWN,
+            error_code=ErrorCode.OUTCOME_UNKNOWN.value,
             lease_owner=None,
             lease_expires_at=None,
+            next_check_at=self._clock.now() + timedelta(seconds=wait),
             updated_at=self._clock.now(),
-            retain_until=self._retain_until(tool),
-        )
-        return await self._write_outcome(
-            job, record, succeeded, self._from_record(job, succeeded), note=note
         )
 
     async def _settle_unknown(
         self, job: WriteJob, record: ExecutionRecord, reason: str
     ) -> WriteOutcome:
-        unknown = record.moved(
-            ExecutionStatus.UNKNOWN,
-            error_code=ErrorCode.OUTCOME_UNKNOWN.value,
-            lease_owner=None,
-            lease_expires_at=None,
-            next_check_at=self._clock.now()
-            + timedelta(seconds=job.tool.spec.reconcile.first_check),
-            updated_at=self._clock.now(),
-        )
+        unknown = self._unknown(job, record)
         return await self._write_outcome(
             job, record, unknown, self._from_record(job, unknown), note=reason
         )
+
+    def _fenced_off(self, job: WriteJob) -> WriteOutcome:
+        """The lease ran out before the tool was called: it was not, and nothing is written.
+
+        The record is left as it is, for whoever holds it now (or the reconciler, once
+        the lease has expired); this caller cannot know what they will do.
+        """
+        self._audit(
+            job,
+            "fenced",
+            "not_started",
+            code=ErrorCode.OUTCOME_UNKNOWN,
+            detail={"note": "the lease ran out before the tool was called"},
+        )
+        return WriteOutcome(
+            envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=None
+        )
+
+    # --- attempts that outlive their caller -------------------------------------------------------
+
+    def _hold(
+        self, job: WriteJob, record: ExecutionRecord, fence: Fence, reason: str
+    ) -> WriteOutcome:
+        """Keep the lease of an attempt whose thread is still inside the tool.
+
+        The record stays RUNNING under this worker's lease, renewed by a heartbeat until
+        the thread ends; then the call's own outcome is written. The caller learns now
+        that the outcome is unknown.
+        """
+        policy = job.tool.spec.reconcile
+        keeper = LeaseKeeper(
+            store=self._store,
+            clock=self._clock,
+            record=record,
+            fence=fence,
+            span=max(policy.lease_grace, _MIN_LEASE_S),
+            finish=lambda current, outcome: self._finish_late(job, current, outcome),
+            lost=lambda current: self._audit(
+                job,
+                "lease",
+                "lost",
+                code=ErrorCode.OUTCOME_UNKNOWN,
+                detail={"version": current.version},
+            ),
+            ended=self._released,
+        )
+        with self._held_changed:
+            self._held.add(keeper)
+        keeper.start()
+        self._audit(
+            job, "abandoned", "held", code=ErrorCode.OUTCOME_UNKNOWN, detail={"note": reason}
+        )
+        return WriteOutcome(
+            envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=record
+        )
+
+    def _released(self, keeper: LeaseKeeper) -> None:
+        with self._held_changed:
+            self._held.discard(keeper)
+            self._held_changed.notify_all()
+
+    def _finish_late(
+        self, job: WriteJob, current: ExecutionRecord, outcome: ThreadOutcome | None
+    ) -> None:
+        """In the lease keeper's thread: write what the late call ended with, under its lease."""
+        ended = outcome or ThreadOutcome(error=_NoOutcomeError())
+        new, _, note = self._conclude(
+            job, current, result=ended.result, error=ended.error, late=True
+        )
+        try:
+            written = self._store.replace_execution(
+                new,
+                expect_status=current.status,
+                expect_version=current.version,
+                lease_owner=self._worker,
+                lease_valid_at=self._clock.now(),
+            )
+        except StoreError as exc:
+            written, note = False, f"{note or ''} outcome not recorded: {exc}".strip()
+        self._audit(
+            job,
+            "late_outcome" if written else "fenced",
+            new.status.value.lower() if written else "refused",
+            code=new.error_code if written else ErrorCode.OUTCOME_UNKNOWN,
+            detail={
+                "attempt": new.attempts,
+                "business_id": new.business_id,
+                "wanted": new.status.value,
+                "note": note,
+            },
+        )
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until every attempt held past its caller has ended and its outcome is written.
+
+        At most `timeout` seconds; False if some are still running then. For a clean
+        shutdown, and for tests.
+        """
+
+        def wait() -> bool:
+            with self._held_changed:
+                return self._held_changed.wait_for(lambda: not self._held, timeout)
+
+        return await asyncio.to_thread(wait)
 
     async def _write_outcome(
         self,
@@ -763,6 +909,14 @@ _UNKNOWN_TEXT = (
     "reconciled with the downstream system under the same key. Do not repeat it and do "
     "not tell the user it failed or succeeded."
 )
+
+
+class _NoOutcomeError(Exception):
+    """The late call's outcome is not known (several of its threads ran at once)."""
+
+
+def _reason(exc: BaseException) -> str:
+    return "deadline passed" if isinstance(exc, DeadlineExceededError) else _name(exc)
 
 
 class _PlanClosedError(Exception):
