@@ -10,6 +10,20 @@ External writes (SideEffect.EXTERNAL_WRITE) that time out, lose their response, 
 cancelled or raise anything undeclared become UNKNOWN, never FAILED. Writes into the
 store's own database (LOCAL_WRITE) run in one transaction with their record: both
 commit or neither does, so they never need reconciling.
+
+A sync tool runs in a worker thread that no deadline stops. When the deadline passes
+(or the caller stops waiting) with that thread still inside the tool, the caller gets
+OUTCOME_UNKNOWN but the attempt is not over: its record stays RUNNING under its lease,
+which a LeaseKeeper renews until the thread ends, and then the call's own outcome is
+written. Until then no reconciler re-runs it. Right before a tool is called (in the
+worker thread, for a sync tool) the attempt's lease is checked: a worker whose lease
+has run out never starts the effect.
+
+What remains: a process that is already inside the call when it loses its lease (it
+was frozen or cut off from the store past the lease, and a reconciler proved "not
+found" and retried meanwhile) can still complete its effect after the retry. Only a
+downstream system that deduplicates by `ctx.idempotency_key` is safe from that; one
+that ignores the key cannot be protected by anything on this side.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 import threading
 from collections.abc import Callable, Coroutine, Mapping
@@ -57,6 +72,7 @@ __all__ = ["Executor", "WriteJob", "WriteOutcome", "stored_result"]
 
 T = TypeVar("T")
 
+_log = logging.getLogger(__name__)
 _GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.2
@@ -474,7 +490,7 @@ class Executor:
             fence=fence,
             span=max(policy.lease_grace, _MIN_LEASE_S),
             finish=lambda current, outcome: self._finish_late(job, current, outcome),
-            lost=lambda current: self._audit(
+            lost=lambda current: self._audit_late(
                 job,
                 "lease",
                 "lost",
@@ -516,7 +532,7 @@ class Executor:
             )
         except StoreError as exc:
             written, note = False, f"{note or ''} outcome not recorded: {exc}".strip()
-        self._audit(
+        self._audit_late(
             job,
             "late_outcome" if written else "fenced",
             new.status.value.lower() if written else "refused",
@@ -528,6 +544,21 @@ class Executor:
                 "note": note,
             },
         )
+
+    def _audit_late(
+        self,
+        job: WriteJob,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
+        """Audit from a lease keeper's thread, which may outlive the audit sink it was given."""
+        try:
+            self._audit(job, stage, decision, code=code, detail=detail)
+        except StoreError:
+            _log.exception("audit event %s/%s of key %s was lost", stage, decision, job.key)
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every attempt held past its caller has ended and its outcome is written.

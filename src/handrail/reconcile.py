@@ -168,6 +168,15 @@ class Reconciler:
         purged = await self._io(self._store.purge_executions, now=self._clock.now())
         return PassReport(**{k: tuple(v) for k, v in report.items()}, purged=purged)
 
+    async def drain(self, timeout: float) -> bool:
+        """Wait until every retry that outlived its deadline has ended and been recorded.
+
+        A retry whose sync tool is still running past its deadline keeps its record's
+        lease while this process lives (see `Executor.drain`); False if some still run
+        after `timeout` seconds.
+        """
+        return await self._executor.drain(timeout)
+
     async def run_forever(
         self, *, interval: float = 5.0, stop: asyncio.Event | None = None
     ) -> None:

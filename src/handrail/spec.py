@@ -130,7 +130,9 @@ class ReconcilePolicy:
     non-execution (replicas lag). Checks back off from `first_check` to `max_interval`;
     after `escalate_after` inconclusive checks the record is escalated to people (and
     still checked). `lease_grace` is how long past its deadline a running attempt keeps
-    its lease before the record may be declared UNKNOWN.
+    its lease before the record may be declared UNKNOWN; while a thread of an attempt
+    that outlived its deadline is still inside a sync tool, a heartbeat renews the lease
+    by that span (at least one second) every third of it.
     """
 
     not_found_grace: float = 60.0

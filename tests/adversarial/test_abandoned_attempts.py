@@ -41,6 +41,7 @@ from handrail import (
 )
 from handrail.confirmation import Keyring, SigningKey
 from handrail.definition import Tool
+from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 from handrail.fencing import run_in_thread
 from handrail.reconcile import Found, NotExecuted, PassReport, Reconciled, Reconciler
@@ -60,6 +61,8 @@ POLICY = ReconcilePolicy(not_found_grace=10.0, first_check=1.0, lease_grace=300.
 PAST_GRACE_S = POLICY.not_found_grace + POLICY.first_check + 1.0
 """Past the grace and the first check, well inside the lease: a retry's moment, before."""
 NOTHING = PassReport()
+SHORT_LEASE = ReconcilePolicy(not_found_grace=10.0, first_check=1.0, lease_grace=1.0)
+"""A lease of one second past the deadline, renewed every third of a second."""
 
 Mode = Literal["ok", "retryable", "fail", "crash"]
 
@@ -74,9 +77,17 @@ class Tickets:
     script: deque[Mode] = field(default_factory=deque)
     release: threading.Event = field(default_factory=threading.Event)
     on_enter: Callable[[], None] = lambda: None
+    left: threading.Event = field(default_factory=threading.Event)
+    """Set whenever a call returns or raises."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, key: str, asset_id: str) -> dict[str, str]:
+        try:
+            return self._call(key, asset_id)
+        finally:
+            self.left.set()
+
+    def _call(self, key: str, asset_id: str) -> dict[str, str]:
         with self._lock:
             self.calls += 1
             mode = self.script.popleft() if self.script else "ok"
@@ -184,6 +195,17 @@ class World:
         )
         self.reconciler = Reconciler(
             self.registry, self.store, clock=self.clock, audit=self.audit, worker_id="r1"
+        )
+
+    def writes_on(self, store: object) -> None:
+        """This world's writes, on a wrapper of its store."""
+        self.writes = Writes(
+            self.registry,
+            cast("Store", store),
+            Keyring(SigningKey("k1", b"abandoned-attempts-confirmation-key-01")),
+            clock=self.clock,
+            audit=self.audit,
+            worker_id="worker-a",
         )
 
     async def confirmed_plan(self) -> str:
@@ -340,18 +362,10 @@ class _Renewals:
 async def test_a_heartbeat_keeps_renewing_the_lease_while_the_thread_runs(
     make: Make, store: Store
 ) -> None:
-    # A lease of one second past the deadline: without renewals, long gone below.
+    # Without renewals, the lease would be long gone below.
     renewals = _Renewals(store)
-    short = ReconcilePolicy(not_found_grace=10.0, first_check=1.0, lease_grace=1.0)
-    world = make(policy=short)
-    world.writes = Writes(
-        world.registry,
-        cast("Store", renewals),
-        Keyring(SigningKey("k1", b"abandoned-attempts-confirmation-key-01")),
-        clock=world.clock,
-        audit=world.audit,
-        worker_id="worker-a",
-    )
+    world = make(policy=SHORT_LEASE)
+    world.writes_on(renewals)
     plan_id = await world.confirmed_plan()
     held = await _held_past_its_deadline(world, plan_id)
     assert held.lease_expires_at is not None
@@ -455,3 +469,129 @@ async def test_a_call_whose_two_threads_ran_at_once_ends_unknown_not_with_either
     # This tool opens two tickets per call by design; neither answer is the call's.
     assert len(world.tickets.opened) == 2
     assert ("late_outcome", "unknown") in world.stages()
+
+
+class _NoSettling:
+    """A Store that refuses, with a StoreError, every write that settles a record."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def replace_execution(self, record: ExecutionRecord, **expected: Any) -> bool:
+        if record.status.settled:
+            raise StoreError("execution update failed: OperationalError")
+        return self._inner.replace_execution(record, **expected)
+
+
+async def test_a_late_outcome_the_store_refuses_leaves_the_record_to_the_reconciler(
+    make: Make, store: Store
+) -> None:
+    world = make()
+    world.writes_on(_NoSettling(store))
+    plan_id = await world.confirmed_plan()
+    key = world.key(plan_id)
+    held = await _held_past_its_deadline(world, plan_id)
+    world.tickets.release.set()
+    assert await world.writes.executor.drain(WAIT_S)
+    assert world.record(plan_id).status is ExecutionStatus.RUNNING
+    assert ("fenced", "refused") in world.stages()
+
+    # Once the lease has run out, the reconciler finds the ticket the late call opened.
+    assert held.lease_expires_at is not None
+    world.clock.advance((held.lease_expires_at - world.clock.now()).total_seconds() + 1)
+    report = await world.reconciler.run_once()
+    assert report.expired_leases == report.succeeded == (key,)
+    assert world.record(plan_id).status is ExecutionStatus.SUCCEEDED
+    assert (world.tickets.calls, world.tickets.opened) == (1, [key])
+
+
+async def test_a_held_lease_that_another_writer_takes_is_given_up_for_good(
+    make: Make, store: Store
+) -> None:
+    world = make(policy=SHORT_LEASE)
+    plan_id = await world.confirmed_plan()
+    await _held_past_its_deadline(world, plan_id)
+
+    # Someone else writes the record meanwhile (racing the heartbeat: retried until won).
+    for _ in range(100):
+        current = world.record(plan_id)
+        taken = current.updated(lease_owner="someone-else")
+        if store.replace_execution(
+            taken, expect_status=current.status, expect_version=current.version
+        ):
+            break
+    else:  # pragma: no cover - a heartbeat cannot win a hundred times in a row
+        pytest.fail("the record could not be taken over")
+    assert await world.writes.executor.drain(WAIT_S)  # the keeper gave up: nothing held
+    assert ("lease", "lost") in world.stages()
+
+    world.tickets.release.set()
+    assert await asyncio.to_thread(world.tickets.left.wait, WAIT_S)
+    assert world.tickets.opened == [world.key(plan_id)]
+    assert world.record(plan_id) == taken
+    assert not [e for e in world.audit.events if e.stage == "late_outcome"]
+
+
+async def test_a_reconcilers_own_retry_past_its_deadline_is_held_too(make: Make) -> None:
+    world = make()
+    world.tickets.script.append("crash")
+    world.tickets.release.set()
+    plan_id = await world.confirmed_plan()
+    key = world.key(plan_id)
+    crashed = await world.writes.execute_plan(plan_id, ALICE)
+    assert crashed.envelope.error_type is ErrorCode.OUTCOME_UNKNOWN
+    assert world.record(plan_id).status is ExecutionStatus.UNKNOWN
+
+    # Proven not executed: the reconciler retries, and its call outlives its deadline.
+    world.tickets.release.clear()
+    world.clock.advance(PAST_GRACE_S)
+    assert (await world.reconciler.run_once()).retried == (key,)
+    held = world.record(plan_id)
+    assert (held.status, held.lease_owner, held.attempts) == (ExecutionStatus.RUNNING, "r1", 2)
+    other = Reconciler(world.registry, world.store, clock=world.clock, worker_id="r2")
+    world.clock.advance(PAST_GRACE_S)
+    assert await other.run_once() == NOTHING
+
+    world.tickets.release.set()
+    assert await world.reconciler.drain(WAIT_S)
+    record = world.record(plan_id)
+    assert (record.status, record.attempts) == (ExecutionStatus.SUCCEEDED, 2)
+    assert (world.tickets.calls, world.tickets.opened) == (2, [key])
+
+
+class _ClosingSink:
+    """An audit sink that refuses events once closed, as BatchingAuditSink does."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.closed = False
+
+    def emit(self, events: Any) -> None:
+        if self.closed:
+            raise StoreError("the audit sink is closed")
+        self.events.extend(events)
+
+
+async def test_a_late_outcome_is_written_even_after_the_audit_sink_was_closed(
+    make: Make, store: Store
+) -> None:
+    world = make()
+    sink = _ClosingSink()
+    world.writes = Writes(
+        world.registry,
+        store,
+        Keyring(SigningKey("k1", b"abandoned-attempts-confirmation-key-01")),
+        clock=world.clock,
+        audit=sink,
+        worker_id="worker-a",
+    )
+    plan_id = await world.confirmed_plan()
+    await _held_past_its_deadline(world, plan_id)
+    sink.closed = True
+    world.tickets.release.set()
+    assert await world.writes.executor.drain(WAIT_S)
+    assert world.record(plan_id).status is ExecutionStatus.SUCCEEDED
+    assert [(e.stage, e.decision) for e in sink.events][-1] == ("abandoned", "held")

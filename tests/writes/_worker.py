@@ -5,7 +5,9 @@ runs this file as a script (`python _worker.py '<json config>'`) and speaks a li
 protocol over its pipes: it prints `ready` once its store, registry and Writes are
 built, waits for `go` on stdin, runs its share of `execute_plan` calls concurrently and
 prints one JSON line with what each call returned. With a `hang` mode the tool prints
-`running` and then blocks until the process is killed.
+`running` and then blocks until the process is killed; with `until_released` it blocks
+until the parent sends `release` (after the call's deadline has passed), and the child
+prints `settled` once the late call's outcome is written.
 
 The downstream is a SQLite file of its own: every tool call inserts a new row (no
 unique constraint on the key), so a row count of 1 is proof of Handrail's exactly-once.
@@ -28,6 +30,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+# The parent imports this module with tests/ on its path; a child gets it in PYTHONPATH.
+from _threads import StartFirstPool
 from handrail import Principal, Registry, RiskLevel, SideEffect, ToolContext, tool
 from handrail.confirmation import Keyring, SigningKey
 from handrail.reconcile import Found, NotExecuted
@@ -45,6 +49,9 @@ EXECUTE_TIMEOUT_S = 60.0
 """Each `execute_plan` in a child may wait this long for a running duplicate."""
 HANG_LIMIT_S = 120.0
 """A hanging tool gives up after this long, should its parent fail to kill it."""
+ABANDON_RECONCILE = ReconcilePolicy(not_found_grace=0.0, first_check=1e-6, lease_grace=600.0)
+"""For the abandoned call: "not found" is proof at once and a check is due at once, were
+the record not held; a lease outlives its deadline by ten minutes."""
 
 ALICE = Principal(user_id="alice", tenant_id="t1", request_id="req-processes")
 _SECRET = b"cross-process-confirmation-key-0123456789"
@@ -56,6 +63,8 @@ class Hang(StrEnum):
     NONE = "none"
     BEFORE_EFFECT = "before_effect"
     AFTER_EFFECT = "after_effect"
+    UNTIL_RELEASED = "until_released"
+    """Before the effect, until `release` is set: the call outlives its deadline."""
 
 
 def keyring() -> Keyring:
@@ -116,6 +125,8 @@ def build_registry(
     *,
     hang: Hang = Hang.NONE,
     announce: Callable[[], None] = lambda: None,
+    policy: ReconcilePolicy = RECONCILE,
+    release: threading.Event | None = None,
 ) -> Registry:
     """The registry every process builds: one confirmed external write on `downstream`."""
 
@@ -134,7 +145,7 @@ def build_registry(
         side_effect=SideEffect.EXTERNAL_WRITE,
         confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
         timeout=TOOL_TIMEOUT_S,
-        reconcile_policy=RECONCILE,
+        reconcile_policy=policy,
         reconcile=reconcile,
         business_id="ticket_no",
     )
@@ -147,6 +158,11 @@ def build_registry(
         assert key is not None
         if hang is Hang.BEFORE_EFFECT:
             stop_here()
+        if hang is Hang.UNTIL_RELEASED:
+            assert release is not None
+            announce()
+            if not release.wait(HANG_LIMIT_S):
+                raise RuntimeError("the parent never released the call")
         time.sleep(LATENCY_S)
         ticket = downstream.open_ticket(key, asset_id)
         if hang is Hang.AFTER_EFFECT:
@@ -166,7 +182,16 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-async def _serve(config: dict[str, Any], registry: Registry) -> int:
+async def _serve(
+    config: dict[str, Any],
+    registry: Registry,
+    *,
+    pool: StartFirstPool | None = None,
+    release: threading.Event | None = None,
+) -> int:
+    if pool is not None:
+        # The tool's thread starts before its deadline's timer (see tests/_threads.py).
+        asyncio.get_running_loop().set_default_executor(pool)
     store = open_store(config["store"])
     try:
         writes = Writes(registry, store, keyring(), worker_id=f"proc-{os.getpid()}")
@@ -178,7 +203,7 @@ async def _serve(config: dict[str, Any], registry: Registry) -> int:
                 writes.execute_plan(
                     config["plan_id"],
                     ALICE,
-                    timeout=EXECUTE_TIMEOUT_S,
+                    timeout=config.get("timeout", EXECUTE_TIMEOUT_S),
                     call_id=f"call-{os.getpid()}-{n}",
                 )
                 for n in range(config["calls"])
@@ -192,20 +217,44 @@ async def _serve(config: dict[str, Any], registry: Registry) -> int:
                 ],
             ),
         )
+        if release is not None:
+            # The call outlived its deadline and still runs; the parent says when it ends.
+            if sys.stdin.readline().strip() != "release":
+                return 2
+            release.set()
+            _say("settled" if await writes.executor.drain(HANG_LIMIT_S) else "unsettled")
     finally:
         store.close()
     return 0
 
 
 def main(argv: list[str]) -> int:
-    """Run one child: `argv[1]` is a JSON object with store, downstream, plan_id, calls, hang."""
+    """Run one child: `argv[1]` is a JSON object with store, downstream, plan_id, calls, hang.
+
+    And optionally `timeout`, the deadline of each `execute_plan` call.
+    """
     config = json.loads(argv[1])
+    hang = Hang(config["hang"])
+    if hang is not Hang.UNTIL_RELEASED:
+        registry = build_registry(
+            Downstream(Path(config["downstream"])), hang=hang, announce=lambda: _say("running")
+        )
+        return asyncio.run(_serve(config, registry))
+    pool = StartFirstPool()
+    release = threading.Event()
+
+    def inside() -> None:
+        _say("running")
+        pool.entered()
+
     registry = build_registry(
         Downstream(Path(config["downstream"])),
-        hang=Hang(config["hang"]),
-        announce=lambda: _say("running"),
+        hang=hang,
+        announce=inside,
+        policy=ABANDON_RECONCILE,
+        release=release,
     )
-    return asyncio.run(_serve(config, registry))
+    return asyncio.run(_serve(config, registry, pool=pool, release=release))
 
 
 if __name__ == "__main__":

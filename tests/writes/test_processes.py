@@ -21,20 +21,22 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from _worker import ALICE, TOOL, Downstream, Hang, build_registry, keyring
+from _worker import ABANDON_RECONCILE, ALICE, TOOL, Downstream, Hang, build_registry, keyring
 
 from handrail import Gate, ToolCall
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ErrorCode
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 from handrail.plans import PlanState
-from handrail.reconcile import Reconciler
+from handrail.reconcile import PassReport, Reconciler
 from handrail.registry import Registry
 from handrail.store import SqlStore
 from handrail.testing import FixedClock, MemoryAuditSink
 from handrail.writes import Writes
 
 WORKER = Path(__file__).with_name("_worker.py")
+TESTS = WORKER.parent.parent
+"""On a child's path too: the worker imports the shared test helpers there."""
 PROCESSES = 8
 CALLS = 50
 STARTUP_S = 90.0
@@ -48,12 +50,14 @@ class _Child:
     def __init__(self, config: dict[str, Any], stderr: Path) -> None:
         self._stderr_path = stderr
         self._stderr: IO[bytes] = stderr.open("wb")
+        path = [str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, str(WORKER), json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             bufsize=0,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
         )
         self._buffer = b""
 
@@ -330,3 +334,59 @@ def test_a_worker_killed_before_the_effect_is_retried_once_under_its_key_after_t
     assert again.replayed
     assert again.envelope.data == found
     assert len(downstream.rows()) == 1
+
+
+ABANDON_TIMEOUT_S = 0.2
+"""The child's deadline in real seconds: its call is still blocked when it passes."""
+
+
+@pytest.mark.invariant(4)
+@pytest.mark.invariant(6)
+def test_a_call_that_outlives_its_deadline_in_another_process_is_not_rerun_by_a_reconciler(
+    sql_store: SqlStore, tmp_path: Path
+) -> None:
+    downstream = Downstream(tmp_path / "downstream.db")
+    downstream.create()
+    # No grace: were the record not held, "not found" would be proof at once.
+    registry = build_registry(downstream, policy=ABANDON_RECONCILE)
+    clock = SystemClock()
+    writes = Writes(registry, sql_store, keyring(), clock=clock, worker_id="parent")
+    reconciler = Reconciler(registry, sql_store, clock=clock)
+    plan_id = asyncio.run(_confirmed_plan(registry, writes, clock))
+    key = _key(plan_id)
+
+    config = _config(sql_store, downstream, plan_id, calls=1, hang=Hang.UNTIL_RELEASED)
+    child = _Child({**config, "timeout": ABANDON_TIMEOUT_S}, tmp_path / "worker.err")
+    try:
+        assert child.read_line(STARTUP_S) == "ready"
+        child.send("go")
+        assert child.read_line(RUN_S) == "running"
+        (answer,) = json.loads(child.read_line(RUN_S))
+        assert answer["envelope"]["error_type"] == ErrorCode.OUTCOME_UNKNOWN
+
+        # The child's thread may still open the ticket: a reconciler here re-runs nothing.
+        assert asyncio.run(reconciler.run_once()) == PassReport()
+        assert downstream.rows() == []
+        held = _record(sql_store, plan_id)
+        assert (held.status, held.lease_owner) == (
+            ExecutionStatus.RUNNING,
+            f"proc-{child.pid}",
+        )
+
+        child.send("release")
+        assert child.read_line(RUN_S) == "settled"
+        assert child.process.wait(timeout=RUN_S) == 0
+    finally:
+        child.close()
+
+    record = _record(sql_store, plan_id)
+    found = downstream.find(key)
+    assert found is not None
+    assert (record.status, record.attempts) == (ExecutionStatus.SUCCEEDED, 1)
+    assert record.business_id == found["ticket_no"]
+    assert downstream.rows() == [(key, child.pid)]
+    assert asyncio.run(reconciler.run_once()) == PassReport()
+    again = asyncio.run(writes.execute_plan(plan_id, ALICE))
+    assert again.replayed
+    assert again.envelope.data == found
+    assert downstream.rows() == [(key, child.pid)]

@@ -51,6 +51,10 @@ _ROWS = (
 )
 
 
+_DRAIN_S = 600.0
+"""How long the command waits, before it closes the store, for retries still running."""
+
+
 def _sqlite_file(url: str) -> Path | None:
     """The file of a SQLite store URL or path, as `open_store` reads it; None otherwise."""
     if url.startswith("sqlite:///"):
@@ -132,13 +136,20 @@ def reconcile(
                 ),
             )
         else:
-            report = asyncio.run(reconciler.run_once())
+            report = asyncio.run(_one_pass(reconciler))
             caption = f"one pass by {worker} over {_label(store)}"
             console.print(_table(report, caption=caption))
             _print_settled(console, report, opened)
     finally:
         audit.close()
         opened.close()
+
+
+async def _one_pass(reconciler: Reconciler) -> PassReport:
+    """One pass; then wait for retries still running past their deadline to be recorded."""
+    report = await reconciler.run_once()
+    await reconciler.drain(_DRAIN_S)
+    return report
 
 
 def _table(report: PassReport, *, caption: str) -> Table:
@@ -193,6 +204,7 @@ async def _watch(
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
+        await reconciler.drain(_DRAIN_S)
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
