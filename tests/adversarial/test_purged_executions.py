@@ -26,6 +26,7 @@ from handrail import (
     Status,
     ToolCall,
     ToolContext,
+    ToolFailed,
     tool,
 )
 from handrail.confirmation import Keyring, SigningKey
@@ -50,6 +51,7 @@ HOUR = 3600.0
 PLAN_VALID_S = 48 * HOUR
 RETENTION_S = 1 * HOUR
 REPEATS = 8
+RETIRED = "asset-0"
 WAIT_S = 60.0
 
 
@@ -60,6 +62,8 @@ class Tickets:
     opened: list[tuple[str, str]] = field(default_factory=list)
 
     def open(self, key: str, asset_id: str) -> dict[str, str]:
+        if asset_id == RETIRED:
+            raise ToolFailed("The asset is retired; no ticket can be opened for it.")
         self.opened.append((key, asset_id))
         return {"ticket_no": f"TK-{len(self.opened):04d}", "asset_id": asset_id}
 
@@ -258,3 +262,14 @@ async def test_a_later_pass_keeps_the_tombstone_for_good(world: World) -> None:
     again = await world.command("cmd-1", "asset-1")
     assert again.error_type is ErrorCode.ALREADY_EXECUTED
     assert len(world.tickets.opened) == 1
+
+
+async def test_a_write_that_failed_for_good_is_still_refused_with_its_code_after_the_purge(
+    world: World,
+) -> None:
+    first = await world.command("cmd-1", RETIRED)
+    assert first.error_type is ErrorCode.FAILED_FINAL
+    await world.purge_after_retention()
+    again = await world.command("cmd-1", RETIRED)
+    assert again.error_type is ErrorCode.FAILED_FINAL
+    assert world.tickets.opened == []
