@@ -81,7 +81,9 @@ _MIN_LEASE_S = 1.0
 
 
 class Executor:
-    """Runs keyed writes against a Store. Stateless between calls; safe to share.
+    """Runs keyed writes against a Store; safe to share between tasks and threads.
+
+    Between calls it keeps only the attempts it holds past their caller (see `drain`).
 
     `worker_id` names this process's leases. `sleep` and `rng` are injected (polling
     and retry jitter) so tests neither wait nor guess.
@@ -812,13 +814,13 @@ class Executor:
     def _from_tombstone(self, job: WriteJob, record: ExecutionRecord) -> Envelope:
         """A repeat of a write whose record was purged: it ran; it never runs again."""
         if record.status is ExecutionStatus.SUCCEEDED:
-            business = f" ({record.business_id})" if record.business_id else ""
             envelope = self._error(
                 job,
                 ErrorCode.ALREADY_EXECUTED,
-                f"This write already ran and succeeded{business}; its result is no longer "
-                "kept. It was not run again. Do not repeat it.",
+                "This write already ran and succeeded; its result is no longer kept. It was "
+                "not run again. Do not repeat it.",
             )
+            # The business id came from downstream: data (marked untrusted), never summary.
             data = {"business_id": record.business_id} if record.business_id else None
             return dataclasses.replace(envelope, data=data)
         return self._error(
