@@ -230,7 +230,7 @@ class Executor:
                 await self._sleep(min(wait, remaining))
                 wait = min(wait * 2, _POLL_MAX)
             fresh = await self._io(self._store.get_execution, job.key)
-            if fresh is None:  # pragma: no cover - a row never disappears inside retention
+            if fresh is None:  # pragma: no cover - a row never disappears (purges keep tombstones)
                 raise StoreError("an execution record vanished while waited on")
             record = fresh
 

@@ -170,7 +170,7 @@ def _print_settled(console: Console, report: PassReport, store: SqlStore) -> Non
     """One line per record this pass settled: its status, tool and business id."""
     for key in (*report.succeeded, *report.failed):
         record = store.get_execution(key)
-        if record is None:  # pragma: no cover - purged in the same pass only past retention
+        if record is None:  # pragma: no cover - a purge keeps a tombstone, never deletes
             continue
         business = f" {record.business_id}" if record.business_id else ""
         console.print(Text(f"{record.status.value} {record.tool}{business}  key {key}"))

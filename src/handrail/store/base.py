@@ -137,7 +137,10 @@ class Store(Protocol):
         tenant_id: str | None = None,
         limit: int = 50,
     ) -> list[ExecutionRecord]:
-        """Records for people, most recently updated first, optionally filtered."""
+        """Records for people, most recently updated first, optionally filtered.
+
+        Tombstones of purged records are included (`ExecutionRecord.purged`).
+        """
         ...
 
     def purge_executions(self, *, now: datetime) -> int:
