@@ -133,13 +133,28 @@ class Executor:
 
         `deadline` is on the clock's monotonic scale and covers waiting for a running
         duplicate as well as the tool itself.
+
+        A failing store never escapes: once the tool was called, the outcome write
+        turns it into OUTCOME_UNKNOWN; before that, nothing ran and the answer is a
+        retryable TRANSIENT (repeating the request takes effect at most once).
         """
-        if job.tool.spec.side_effect is SideEffect.LOCAL_WRITE:
-            return await self._execute_local(job, deadline)
+        try:
+            if job.tool.spec.side_effect is SideEffect.LOCAL_WRITE:
+                return await self._execute_local(job, deadline)
+            return await self._execute_external(job, deadline)
+        except StoreError as exc:
+            return self._store_failed(job, exc)
+
+    async def _execute_external(self, job: WriteJob, deadline: float) -> WriteOutcome:
         # Claim first: the unique key settles duplicates, and for a plan the same
         # statement checks that it is still CONFIRMED. Only a lost claim reads.
         record = self._new_record(job, deadline)
-        if await self._insert(record, require_confirmed_plan=job.plan_id is not None):
+        claimed = await self._insert(
+            record,
+            require_confirmed_plan=job.plan_id is not None,
+            wait=deadline - self._clock.monotonic(),
+        )
+        if claimed:
             self._audit(job, "claim", "running", detail={"attempt": 1})
             return await self._run(job, record, deadline)
         existing = await self._io(self._store.get_execution, job.key)
@@ -148,9 +163,25 @@ class Executor:
             return self._withdrawn(job)
         return await self._existing(job, existing, deadline)
 
+    def _store_failed(self, job: WriteJob, exc: StoreError) -> WriteOutcome:
+        """The store failed before the tool was called by this request: nothing ran."""
+        self._audit(job, "store", "failed", code=ErrorCode.TRANSIENT, detail={"note": str(exc)})
+        return _outcome(
+            job,
+            envelope=self._error(
+                job,
+                ErrorCode.TRANSIENT,
+                "The write could not be started (its records were unreachable); nothing was "
+                "run by this call. Repeating it is safe: it takes effect at most once.",
+                retryable=True,
+            ),
+            record=None,
+        )
+
     def _withdrawn(self, job: WriteJob) -> WriteOutcome:
         self._audit(job, "claim", "refused", code=ErrorCode.PLAN_CLOSED)
-        return WriteOutcome(
+        return _outcome(
+            job,
             envelope=self._error(
                 job,
                 ErrorCode.PLAN_CLOSED,
@@ -170,8 +201,14 @@ class Executor:
         *,
         deadline: float,
     ) -> WriteOutcome:
-        """The outcome of an existing record of `job`'s key, waiting while it runs."""
-        return await self._existing(job, record, deadline)
+        """The outcome of an existing record of `job`'s key, waiting while it runs.
+
+        Like `execute`, a failing store is a TRANSIENT outcome, never an exception.
+        """
+        try:
+            return await self._existing(job, record, deadline)
+        except StoreError as exc:
+            return self._store_failed(job, exc)
 
     async def retry_record(
         self, job: WriteJob, record: ExecutionRecord, *, deadline: float
@@ -191,11 +228,11 @@ class Executor:
         while True:
             refusal = self._mismatch(job, record)
             if refusal is not None:
-                return WriteOutcome(envelope=self._refused(job, refusal), record=None)
+                return _outcome(job, envelope=self._refused(job, refusal), record=None)
             if record.status.settled or record.status is ExecutionStatus.UNKNOWN:
                 self._audit(job, "replay", record.status.value.lower(), code=record.error_code)
-                return WriteOutcome(
-                    envelope=self._from_record(job, record), record=record, replayed=True
+                return _outcome(
+                    job, envelope=self._from_record(job, record), record=record, replayed=True
                 )
             if record.status is ExecutionStatus.PREPARED:
                 if job.plan_id is not None and not await self._plan_confirmed(job.plan_id):
@@ -217,7 +254,8 @@ class Executor:
                 remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     self._audit(job, "duplicate", "in_progress", code=ErrorCode.IN_PROGRESS)
-                    return WriteOutcome(
+                    return _outcome(
+                        job,
                         envelope=self._error(
                             job,
                             ErrorCode.IN_PROGRESS,
@@ -604,7 +642,8 @@ class Executor:
                 code=ErrorCode.OUTCOME_UNKNOWN,
                 detail={"wanted": new.status.value, "note": note},
             )
-            return WriteOutcome(
+            return _outcome(
+                job,
                 envelope=self._error(
                     job,
                     ErrorCode.OUTCOME_UNKNOWN,
@@ -619,7 +658,7 @@ class Executor:
             code=new.error_code,
             detail={"attempt": new.attempts, "business_id": new.business_id, "note": note},
         )
-        return WriteOutcome(envelope=envelope, record=new)
+        return _outcome(job, envelope=envelope, record=new)
 
     # --- writes into the store's own database -----------------------------------------------------
 
@@ -652,7 +691,8 @@ class Executor:
                 code=ErrorCode.TRANSIENT,
                 detail={"note": str(exc)},
             )
-            return WriteOutcome(
+            return _outcome(
+                job,
                 envelope=self._error(
                     job,
                     ErrorCode.TRANSIENT,
@@ -673,7 +713,7 @@ class Executor:
             "succeeded",
             detail={"attempt": 1, "business_id": record.business_id, "local": True},
         )
-        return WriteOutcome(envelope=self._from_record(job, record), record=record)
+        return _outcome(job, envelope=self._from_record(job, record), record=record)
 
     def _local_transaction(
         self,
@@ -739,7 +779,8 @@ class Executor:
         """The transaction rolled back: nothing happened. Declared failures are recorded."""
         if isinstance(error, _PlanClosedError):
             self._audit(job, "outcome", "rolled_back", code=ErrorCode.PLAN_CLOSED)
-            return WriteOutcome(
+            return _outcome(
+                job,
                 envelope=self._error(
                     job, ErrorCode.PLAN_CLOSED, "The plan was withdrawn; nothing was run."
                 ),
@@ -747,7 +788,8 @@ class Executor:
             )
         if isinstance(error, DeadlineExceededError):
             self._audit(job, "outcome", "rolled_back", code=ErrorCode.TIMEOUT)
-            return WriteOutcome(
+            return _outcome(
+                job,
                 envelope=self._error(
                     job,
                     ErrorCode.TIMEOUT,
@@ -759,7 +801,8 @@ class Executor:
             )
         if isinstance(error, ToolSignal) and error.retryable:
             self._audit(job, "outcome", "rolled_back", code=error.code)
-            return WriteOutcome(
+            return _outcome(
+                job,
                 envelope=self._error(
                     job,
                     error.code,
@@ -784,7 +827,7 @@ class Executor:
             if found is not None:
                 return await self._existing(job, found, deadline)
         self._audit(job, "outcome", "failed_final", code=code, detail={"note": _name(error)})
-        return WriteOutcome(envelope=self._error(job, code, message), record=record)
+        return _outcome(job, envelope=self._error(job, code, message), record=record)
 
     # --- envelopes and audit ----------------------------------------------------------------------
 
@@ -891,12 +934,19 @@ class Executor:
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def _insert(self, record: ExecutionRecord, *, require_confirmed_plan: bool) -> bool:
-        """Claim a key: on the loop where the store can, else in a worker thread."""
+    async def _insert(
+        self, record: ExecutionRecord, *, require_confirmed_plan: bool, wait: float
+    ) -> bool:
+        """Claim a key: on the loop where the store can, else in a worker thread.
+
+        `wait` bounds how long the claim waits for a free connection (the caller's
+        deadline); the store's own pool timeout bounds it in a worker thread.
+        """
         if self._async is not None:
             return await self._async.insert(
                 execution_row(record) | {"k_plan": record.plan_id},
                 require_confirmed_plan=require_confirmed_plan,
+                wait=wait,
             )
         return await self._io(
             self._store.insert_execution,
@@ -975,6 +1025,22 @@ def stored_result(result: object) -> tuple[str | None, str | None]:
     except ValueError as exc:
         # The effect happened; an unstorable result must not turn it into a failure.
         return None, f"result not stored: {exc}"[:200]
+
+
+def _outcome(
+    job: WriteJob,
+    *,
+    envelope: Envelope,
+    record: ExecutionRecord | None,
+    replayed: bool = False,
+) -> WriteOutcome:
+    return WriteOutcome(
+        envelope=envelope,
+        record=record,
+        key=job.key,
+        plan_id=job.plan_id,
+        replayed=replayed,
+    )
 
 
 def _name(exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from handrail.errors import (
     ToolSignal,
     WriteRefusedError,
 )
+from handrail.execution import WriteOutcome
 from handrail.exposure import Exposure
 from handrail.guard import ConversationGuard
 from handrail.plans import PlanState
@@ -144,6 +145,7 @@ class Gate:
         command_id: str | None = None,
         _revises: str | None = None,
         _share: Budget | None = None,
+        _outcome: list[WriteOutcome] | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
@@ -268,7 +270,7 @@ class Gate:
                 if trail:
                     trail.record("execute", "ok", code=envelope.status.value)
             else:
-                envelope = await self._write(
+                outcome = await self._write(
                     call,
                     tool,
                     bound,
@@ -279,6 +281,9 @@ class Gate:
                     command_id=command_id,
                     revises=_revises,
                 )
+                envelope = outcome.envelope
+                if _outcome is not None:
+                    _outcome.append(outcome)
                 if trail:
                     code = envelope.error_type or envelope.status.value
                     trail.record("write", "planned" if envelope.data else "done", code=code)
@@ -322,6 +327,37 @@ class Gate:
             trail.emit()
         return envelope
 
+    async def handle_write(
+        self,
+        call: ToolCall,
+        principal: Principal,
+        *,
+        command_id: str | None = None,
+        timeout: float | None = None,
+        conversation: str | None = None,
+        exposure: Exposure | None = None,
+    ) -> WriteOutcome:
+        """`handle`, answered with the typed outcome a host needs for a write.
+
+        The same stages and the same envelope (`outcome.envelope`), plus the execution
+        record, its idempotency key, whether it was replayed and the business id. A
+        write proposed as a plan has its plan id and no key yet; a call refused before
+        it ran, or a read, has neither record nor key. Never raises for an outcome.
+        """
+        written: list[WriteOutcome] = []
+        envelope = await self.handle(
+            call,
+            principal,
+            timeout=timeout,
+            conversation=conversation,
+            exposure=exposure,
+            command_id=command_id,
+            _outcome=written,
+        )
+        if written and written[0].envelope is envelope:
+            return written[0]
+        return WriteOutcome(envelope=envelope, record=None, key=None)
+
     async def handle_batch(
         self,
         calls: Sequence[ToolCall],
@@ -331,6 +367,7 @@ class Gate:
         conversation: str | None = None,
         exposure: Exposure | None = None,
         command_ids: Mapping[str, str] | None = None,
+        _outcomes: list[WriteOutcome] | None = None,
     ) -> list[Envelope]:
         """Handle the calls of one model turn; envelopes come back in call order.
 
@@ -372,11 +409,43 @@ class Gate:
                 exposure=exposure,
                 command_id=commands.get(call.id),
                 _share=share,
+                _outcome=_outcomes,
             )
 
         envelopes = await self._scheduler.run(plans, execute, deadline=deadline)
         results.update(zip(indexes, envelopes, strict=True))
         return [results[index] for index in range(len(calls))]
+
+    async def handle_batch_writes(
+        self,
+        calls: Sequence[ToolCall],
+        principal: Principal,
+        *,
+        timeout: float | None = None,
+        conversation: str | None = None,
+        exposure: Exposure | None = None,
+        command_ids: Mapping[str, str] | None = None,
+    ) -> list[WriteOutcome]:
+        """`handle_batch`, answered with one typed outcome per call, in call order.
+
+        Each is what `handle_write` would say for that call; the envelopes are those
+        `handle_batch` returns.
+        """
+        written: list[WriteOutcome] = []
+        envelopes = await self.handle_batch(
+            calls,
+            principal,
+            timeout=timeout,
+            conversation=conversation,
+            exposure=exposure,
+            command_ids=command_ids,
+            _outcomes=written,
+        )
+        by_envelope = {id(outcome.envelope): outcome for outcome in written}
+        return [
+            by_envelope.get(id(envelope)) or WriteOutcome(envelope=envelope, record=None, key=None)
+            for envelope in envelopes
+        ]
 
     def _share_of(self, calls: int) -> Budget:
         """Each call's equal part of the turn's result budget."""
@@ -440,7 +509,7 @@ class Gate:
         deadline: float,
         command_id: str | None,
         revises: str | None,
-    ) -> Envelope:
+    ) -> WriteOutcome:
         """A write that passed every check: propose a plan, or run it under a command id."""
         writes = self._writes
         spec = tool.spec
@@ -469,7 +538,7 @@ class Gate:
                     stage="risk",
                     detail="an unconfirmed write needs the host's command_id",
                 )
-            outcome = await writes.execute_command(
+            return await writes.execute_command(
                 tool,
                 bound,
                 principal,
@@ -477,22 +546,35 @@ class Gate:
                 call_id=call.id,
                 deadline=deadline,
             )
-            return outcome.envelope
         ctx = self._context(tool, principal, call, deadline)
-        plan = await self._within(
-            deadline,
-            "plan",
-            writes.propose(
-                tool,
-                bound,
-                principal,
-                mode=required,
-                ctx=ctx,
-                revises=revises,
-                approval=approvers,
-            ),
+        try:
+            plan = await self._within(
+                deadline,
+                "plan",
+                writes.propose(
+                    tool,
+                    bound,
+                    principal,
+                    mode=required,
+                    ctx=ctx,
+                    revises=revises,
+                    approval=approvers,
+                ),
+            )
+        except StoreError as exc:
+            raise Refusal(
+                ErrorCode.TRANSIENT,
+                "The plan could not be recorded right now; nothing was proposed. Retry the call.",
+                stage="plan",
+                retryable=True,
+                detail=describe_exception(exc),
+            ) from None
+        return WriteOutcome(
+            envelope=proposal_envelope(call.id, spec, plan),
+            record=None,
+            key=None,
+            plan_id=plan.plan_id,
         )
-        return proposal_envelope(call.id, spec, plan)
 
     async def revise_plan(
         self,

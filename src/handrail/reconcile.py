@@ -123,8 +123,25 @@ class Reconciler:
             rng=self._rng,
         )
 
-    async def run_once(self) -> PassReport:
-        """One pass over every due record; safe to run in several processes at once."""
+    async def run_once(
+        self,
+        *,
+        tool: str | None = None,
+        tenant_id: str | None = None,
+        key: str | None = None,
+    ) -> PassReport:
+        """One pass over every due record; safe to run in several processes at once.
+
+        `tool`, `tenant_id` and `key` scope the pass to the due records that match all
+        of those given (one tenant's writes, one tool's after its downstream is back,
+        one key a person asks about). A scoped pass purges nothing; a full one also
+        purges the settled records past retention.
+        """
+        scope = {
+            name: value
+            for name, value in (("tool", tool), ("tenant_id", tenant_id), ("key", key))
+            if value is not None
+        }
         report: dict[str, list[str]] = {
             k: []
             for k in (
@@ -137,7 +154,9 @@ class Reconciler:
                 "skipped",
             )
         }
-        due = await self._io(self._store.due_executions, now=self._clock.now(), limit=self._batch)
+        due = await self._io(
+            self._store.due_executions, now=self._clock.now(), limit=self._batch, **scope
+        )
         for record in due:
             current = record
             if current.status is ExecutionStatus.RUNNING:
@@ -165,7 +184,7 @@ class Reconciler:
                 # Newly escalated records are still unknown: they are listed in both.
                 report["still_unknown"].append(current.idempotency_key)
             report[outcome].append(current.idempotency_key)
-        purged = await self._io(self._store.purge_executions, now=self._clock.now())
+        purged = 0 if scope else await self._io(self._store.purge_executions, now=self._clock.now())
         return PassReport(**{k: tuple(v) for k, v in report.items()}, purged=purged)
 
     async def drain(self, timeout: float) -> bool:

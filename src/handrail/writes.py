@@ -7,6 +7,15 @@ UI and comes back with their authenticated request (`confirm` or `approve`). The
 `execute_plan` runs it under the plan's idempotency key, as many times as anyone
 asks, with one effect. Confirmation never comes from model output or chat text: only
 a token this keyring signed for that principal confirms anything.
+
+What raises and what returns, one rule: deciding raises, executing returns.
+`get_plan`, `record_for`, `issue_token`, `confirm` and `reject` answer a person's
+request: a refusal raises WriteRefusedError with its code, a failing store raises
+StoreError, and nothing was executed. `execute_plan` and `execute_command` (and the
+gate's `handle`, `handle_write`, `handle_batch`) execute: every refusal, failure,
+unknown outcome or unreachable store comes back as a WriteOutcome whose envelope
+carries the code, never as an exception. They raise only for a misconfiguration
+(ConfigurationError) and for cancellation.
 """
 
 from __future__ import annotations
@@ -30,17 +39,26 @@ from handrail.clock import Clock, SystemClock
 from handrail.confirmation import ConfirmationToken, Keyring
 from handrail.context import ToolContext
 from handrail.credentials import SecretLedger, SecretProvider, Secrets
+from handrail.deadline import DeadlineExceededError, within
 from handrail.definition import BoundArguments, Tool
-from handrail.envelope import Envelope, ErrorDetail, Status
+from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import (
     ConfigurationError,
     ErrorCode,
     Refusal,
     StoreError,
+    ToolSignal,
     WriteRefusedError,
 )
-from handrail.execution import ExecutionStatus, command_key, intent_hash, plan_key
-from handrail.executor import Executor, WriteJob, WriteOutcome
+from handrail.execution import (
+    ExecutionRecord,
+    ExecutionStatus,
+    WriteOutcome,
+    command_key,
+    intent_hash,
+    plan_key,
+)
+from handrail.executor import Executor, WriteJob
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.policy import check_permissions
 from handrail.principal import Principal
@@ -280,6 +298,17 @@ class Writes:
         self._remember(record.plan)
         return record
 
+    async def record_for(self, plan_id: str, principal: Principal) -> ExecutionRecord | None:
+        """The execution record of a plan of the principal's tenant; None until it runs.
+
+        The record carries the idempotency key, status, attempts, business id and the
+        stored result. NOT_FOUND (WriteRefusedError) for a plan of another tenant or
+        none; StoreError when the store fails.
+        """
+        plan = (await self.get_plan(plan_id, principal)).plan
+        key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
+        return await self._io(self._store.get_execution, key)
+
     async def issue_token(self, plan_id: str, principal: Principal) -> ConfirmationToken:
         """A one-time token for this principal to confirm or approve the plan.
 
@@ -477,22 +506,71 @@ class Writes:
         plan_id: str,
         principal: Principal,
         *,
-        timeout: float = 30.0,
+        timeout: float | None = None,
         call_id: str | None = None,
     ) -> WriteOutcome:
         """Run a confirmed plan once under its key; later calls return the same outcome.
 
         Only the requester executes, with their current permissions. A target whose
         version moved since confirmation is VERSION_CONFLICT and nothing is written.
+        The deadline is the plan's tool's declared timeout, or the caller's `timeout`
+        (seconds) when that is shorter; it covers the version check, waiting for a
+        running duplicate and the tool itself. Executing returns: every refusal and
+        failure is the outcome's envelope with its code, never an exception.
         """
-        deadline = self._clock.monotonic() + timeout
+        started = self._clock.monotonic()
+        answer_to = call_id or plan_id
+        try:
+            plan, record = await self._plan_to_run(plan_id, principal)
+        except WriteRefusedError as refused:
+            return _refused(refused.code, refused.message, call_id=answer_to, plan=None)
+        except StoreError:
+            return _refused(ErrorCode.TRANSIENT, _UNREACHABLE, call_id=answer_to, plan=None)
+        try:
+            return await self._run_plan(
+                plan,
+                record,
+                principal,
+                started=started,
+                timeout=timeout,
+                call_id=answer_to,
+            )
+        except WriteRefusedError as refused:
+            return _refused(refused.code, refused.message, call_id=answer_to, plan=plan)
+        except StoreError as exc:
+            self._audit(
+                plan,
+                principal,
+                "execute",
+                "failed",
+                code=ErrorCode.TRANSIENT,
+                detail={"note": str(exc)},
+            )
+            return _refused(ErrorCode.TRANSIENT, _UNREACHABLE, call_id=answer_to, plan=plan)
+
+    async def _plan_to_run(
+        self, plan_id: str, principal: Principal
+    ) -> tuple[Plan, PlanRecord | None]:
+        """The plan's content, and its stored record unless the content came from memory."""
         # Plans never change, so their content may come from memory; their state never
-        # does: the claim below checks CONFIRMED in the database, in the same statement.
-        record: PlanRecord | None = None
+        # does: the claim checks CONFIRMED in the database, in the same statement.
         plan = self._known_plans.get(plan_id)
         if plan is None or plan.tenant_id != principal.tenant_id or self._expired(plan):
             record = await self.get_plan(plan_id, principal)
-            plan = record.plan
+            return record.plan, record
+        return plan, None
+
+    async def _run_plan(
+        self,
+        plan: Plan,
+        record: PlanRecord | None,
+        principal: Principal,
+        *,
+        started: float,
+        timeout: float | None,
+        call_id: str,
+    ) -> WriteOutcome:
+        """`execute_plan` once the plan is known; refusals raise WriteRefusedError."""
         if principal.user_id != plan.user_id:
             raise self._refuse(
                 plan,
@@ -505,6 +583,8 @@ class Writes:
             raise self._refuse(
                 plan, principal, ErrorCode.UNKNOWN_TOOL, "The plan's tool is no longer available."
             )
+        budget = tool.spec.timeout if timeout is None else min(timeout, tool.spec.timeout)
+        deadline = started + budget
         key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
         job = WriteJob(
             tool=tool,
@@ -514,7 +594,7 @@ class Writes:
             plan_hash=plan.plan_hash,
             plan_id=plan.plan_id,
             expected_version=plan.expected_version,
-            call_id=call_id or plan.plan_id,
+            call_id=call_id,
         )
         if record is None:
             self._check_content(plan, tool, principal)
@@ -523,23 +603,14 @@ class Writes:
             if replayed is not None:
                 return await self._shaped(replayed, principal)
         if tool.resolve_version is not None:
-            ctx = ToolContext(
-                principal=principal,
-                call_id=job.call_id,
-                tool=tool.spec.name,
-                deadline=deadline,
-                clock=self._clock,
-                idempotency_key=key,
-                expected_version=plan.expected_version,
-            )
-            current = await _call(tool.resolve_version, tool.bind(plan.argument_values).value, ctx)
-            if (None if current is None else str(current)) != plan.expected_version:
+            moved = await self._version_moved(plan, tool, job, deadline)
+            if moved:
                 existing = await self._io(self._store.get_execution, key)
                 if existing is not None and existing.status is not ExecutionStatus.PREPARED:
                     # It ran already: the target moved on by it (or after it); replay.
                     replayed = await self.executor.replay(job, existing, deadline=deadline)
                     return await self._shaped(replayed, principal)
-                await self.reject(plan_id, principal)
+                await self.reject(plan.plan_id, principal)
                 raise self._refuse(
                     plan,
                     principal,
@@ -550,11 +621,53 @@ class Writes:
         outcome = await self.executor.execute(job, deadline=deadline)
         if record is None and outcome.record is None and outcome.error_is(ErrorCode.PLAN_CLOSED):
             # The optimistic claim found the plan not CONFIRMED: answer precisely.
-            fresh = await self.get_plan(plan_id, principal)
+            fresh = await self.get_plan(plan.plan_id, principal)
             replayed = await self._not_runnable(fresh, job, tool, principal, deadline)
             if replayed is not None:  # pragma: no cover - a record appeared meanwhile
                 return await self._shaped(replayed, principal)
         return await self._shaped(outcome, principal)
+
+    async def _version_moved(self, plan: Plan, tool: Tool, job: WriteJob, deadline: float) -> bool:
+        """Whether the target's version differs from the plan's, asked within the deadline.
+
+        A check that cannot answer refuses the run (nothing was written): TIMEOUT when
+        the deadline passed, the code of a declared signal, TRANSIENT for a declared
+        transient exception, FAILED_FINAL for anything else.
+        """
+        hook = tool.resolve_version
+        if hook is None:  # pragma: no cover - the caller checked
+            return False
+        ctx = ToolContext(
+            principal=job.principal,
+            call_id=job.call_id,
+            tool=tool.spec.name,
+            deadline=deadline,
+            clock=self._clock,
+            idempotency_key=job.key,
+            expected_version=plan.expected_version,
+        )
+        arguments = tool.bind(plan.argument_values).value
+        try:
+            current = await within(_call(hook, arguments, ctx), deadline - self._clock.monotonic())
+        except DeadlineExceededError:
+            raise self._refuse(
+                plan,
+                job.principal,
+                ErrorCode.TIMEOUT,
+                "The target's version could not be checked in time; nothing was written. "
+                "It may be retried.",
+            ) from None
+        except ToolSignal as signal:
+            raise self._refuse(plan, job.principal, signal.code, signal.message) from None
+        except Exception as exc:  # noqa: BLE001 - the hook's boundary: anything undeclared
+            transient = isinstance(exc, tool.spec.retry.transient)
+            raise self._refuse(
+                plan,
+                job.principal,
+                ErrorCode.TRANSIENT if transient else ErrorCode.FAILED_FINAL,
+                "The target's version could not be checked; nothing was written.",
+            ) from None
+        return (None if current is None else str(current)) != plan.expected_version
 
     async def _not_runnable(
         self,
@@ -621,10 +734,17 @@ class Writes:
         *,
         command_id: str,
         call_id: str,
-        deadline: float,
+        deadline: float | None = None,
     ) -> WriteOutcome:
-        """Run an unconfirmed write keyed by the host's command id (not the model's)."""
+        """Run an unconfirmed write keyed by the host's command id (not the model's).
+
+        `deadline` (on the clock's monotonic scale) is the caller's; the tool's declared
+        timeout applies when it ends sooner, and is the deadline when none is given.
+        Like `execute_plan`, it returns every refusal and failure as an outcome.
+        """
         spec = tool.spec
+        limit = self._clock.monotonic() + spec.timeout
+        deadline = limit if deadline is None else min(deadline, limit)
         arguments = canonical_json(dict(bound.json)).decode()
         job = WriteJob(
             tool=tool,
@@ -725,6 +845,31 @@ class Writes:
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+_UNREACHABLE = (
+    "The plan's records could not be reached; nothing was run by this call. Repeating "
+    "it is safe: it takes effect at most once."
+)
+_RETRYABLE = frozenset({ErrorCode.TRANSIENT, ErrorCode.TIMEOUT})
+
+
+def _refused(code: ErrorCode, message: str, *, call_id: str, plan: Plan | None) -> WriteOutcome:
+    """The outcome of an execution refused before its key was claimed: nothing ran."""
+    envelope = Envelope(
+        call_id=call_id,
+        tool=plan.tool if plan is not None else "",
+        status=Status.ERROR,
+        summary=message,
+        schema_version=plan.schema_version if plan is not None else None,
+        error=ErrorDetail(code=code, retryable=code in _RETRYABLE),
+        trust=Trust.HANDRAIL,
+        source="handrail",
+    )
+    # No key: nothing was attempted under one (`record_for` finds it, once it runs).
+    return WriteOutcome(
+        envelope=envelope, record=None, key=None, plan_id=None if plan is None else plan.plan_id
+    )
 
 
 def _plausible_id(plan_id: object) -> bool:

@@ -38,7 +38,7 @@ from handrail import (
 from handrail.confirmation import Keyring, SigningKey
 from handrail.definition import Tool
 from handrail.errors import ToolRetryable, WriteRefusedError
-from handrail.execution import ExecutionStatus, plan_key
+from handrail.execution import ExecutionStatus, WriteOutcome, plan_key
 from handrail.plans import PlanRecord, PlanState
 from handrail.reconcile import Found, NotExecuted, Reconciled, Reconciler
 from handrail.spec import ConfirmationMode, ConfirmationPolicy
@@ -190,9 +190,16 @@ class Kit:
 
 
 async def _refused(work: Any) -> WriteRefusedError:
-    with pytest.raises(WriteRefusedError) as caught:
-        await work
-    return caught.value
+    """The refusal of a host request: raised when deciding, returned when executing."""
+    try:
+        answer = await work
+    except WriteRefusedError as refused:
+        return refused
+    # Executing returns its refusals: an outcome that reached no record, with a code.
+    assert isinstance(answer, WriteOutcome), answer
+    assert answer.record is None
+    assert answer.code is not None
+    return WriteRefusedError(answer.code, answer.envelope.summary)
 
 
 def _frozen(record: PlanRecord) -> tuple[PlanState, int, frozenset[str]]:

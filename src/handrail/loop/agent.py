@@ -30,7 +30,7 @@ from handrail.adapters.transcript import (
 )
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, WriteRefusedError
-from handrail.execution import command_key, plan_key
+from handrail.execution import command_key
 from handrail.loop._agent_record import (
     CallOutcome,
     PendingPlan,
@@ -513,30 +513,25 @@ class AgentLoop:
         token: str | None,
         tracker: BudgetTracker,
     ) -> tuple[Envelope, str | None]:
-        """The plan confirmed and executed: its envelope, and its key if it has a record.
+        """The plan confirmed and executed: its envelope, and its key if it ran under one.
 
         A refused confirmation raises; a refused execution (expired, conflicting, ...)
         is an envelope for the model, except "not confirmed yet", which raises.
         """
         if token is not None:
             await writes.confirm(pending.plan_id, token, principal)
-        try:
-            outcome = await writes.execute_plan(
-                pending.plan_id,
-                principal,
-                timeout=tracker.remaining_seconds(),
-                call_id=pending.call_id,
-            )
-        except WriteRefusedError as refused:
-            if refused.code in _PLANNED:
-                raise
-            return _refused(pending, refused), None
-        key = (
-            outcome.record.idempotency_key
-            if outcome.record is not None
-            else plan_key(tenant_id=principal.tenant_id, tool=pending.tool, plan_id=pending.plan_id)
+        outcome = await writes.execute_plan(
+            pending.plan_id,
+            principal,
+            timeout=tracker.remaining_seconds(),
+            call_id=pending.call_id,
         )
-        return outcome.envelope, key
+        if outcome.key is None:
+            # Refused before its key: nothing ran.
+            if outcome.code in _PLANNED:
+                raise WriteRefusedError(outcome.code, outcome.envelope.summary)
+            return _refused(outcome.envelope), None
+        return outcome.envelope, outcome.key
 
     def _confirmed(self, pending: PendingPlan, envelope: Envelope) -> str:
         return (
@@ -694,15 +689,9 @@ def _checked_json(checked: CheckedAnswer) -> dict[str, Any]:
     }
 
 
-def _refused(pending: PendingPlan, refused: WriteRefusedError) -> Envelope:
-    return Envelope(
-        call_id=pending.call_id,
-        tool=pending.tool,
-        status=Status.ERROR,
-        summary=f"The confirmed plan was not executed: {refused.message}",
-        error=ErrorDetail(code=refused.code),
-        trust=Trust.HANDRAIL,
-        source="handrail",
+def _refused(envelope: Envelope) -> Envelope:
+    return dataclasses.replace(
+        envelope, summary=f"The confirmed plan was not executed: {envelope.summary}"
     )
 
 

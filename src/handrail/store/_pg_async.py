@@ -1,4 +1,4 @@
-"""The write path's two statements on PostgreSQL without a worker thread.
+"""The write path's two statements on PostgreSQL without a worker thread, on a bounded pool.
 
 Every execution claims its key and later writes its outcome. Through the sync store
 each of those is a hop to a worker thread and back, which costs more than the
@@ -6,15 +6,22 @@ statement on a busy machine. Here they run on psycopg's async connections, in
 autocommit mode, with the SQL the SQLAlchemy statements of `SqlStore` compile to: the
 same statements, the same parameters, one round trip each.
 
-Async connections belong to the event loop that opened them, so connections are kept
-per loop. Those of a loop that has ended are closed (synchronously, through libpq) the
-next time any loop asks, and all of them when the store closes.
+Async connections belong to the event loop that opened them, so idle connections are
+kept per loop; but one bound covers them all: a store never holds more than
+`max_connections` open at once, whatever the number of loops or concurrent calls. A
+call that finds none free waits, first come first served, for at most its own wait
+(a deadline) and the pool's timeout, then fails with a StoreError; it never opens
+one more. Connections of a loop that has ended, or idle on another loop while this
+one waits, are closed (synchronously, through libpq) to make room. This module never
+retries a statement: whether one that failed took effect is for the caller to judge.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +32,7 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from handrail.errors import StoreError
 from handrail.store.sql import claim_statement, insert_execution_statement, replace_statements
 
-__all__ = ["AsyncExecutions"]
+__all__ = ["AsyncExecutions", "PoolStats"]
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
@@ -48,82 +55,274 @@ _CLAIM = _compiled(claim_statement("postgresql"))
 _INSERT = _compiled(insert_execution_statement("postgresql"))
 _REPLACE = {variant: _compiled(statement) for variant, statement in replace_statements().items()}
 
+_Connection = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolStats:
+    """A snapshot of the async pool: connections open (idle or lent), idle, and waiters."""
+
+    open: int
+    idle: int
+    waiting: int
+    max_connections: int
+
+
+class _Slot:
+    """Permission to open one connection: the bound counted it already."""
+
+
+_SLOT = _Slot()
+
+
+class _Waiter:
+    """A call waiting for a connection, on its own loop; granted under the pool's lock."""
+
+    __slots__ = ("future", "grant", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.grant: _Connection | _Slot | None = None
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
 
 class AsyncExecutions:
-    """Claims and outcome writes of execution records over per-loop async connections."""
+    """Claims and outcome writes of execution records over a bounded async pool."""
 
-    def __init__(self, conninfo: str, *, options: str, per_loop: int) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        options: str,
+        max_connections: int,
+        timeout: float,
+        application_name: str,
+    ) -> None:
         self._conninfo = conninfo
         self._options = options
-        self._per_loop = per_loop
+        self._max = max_connections
+        self._timeout = timeout
+        self._application_name = application_name
         self._lock = threading.Lock()
-        self._idle: dict[asyncio.AbstractEventLoop, list[psycopg.AsyncConnection[Any]]] = {}
+        self._idle: dict[asyncio.AbstractEventLoop, list[_Connection]] = {}
+        self._waiters: deque[_Waiter] = deque()
+        self._open = 0
         self._closed = False
 
-    async def insert(self, row: Mapping[str, Any], *, require_confirmed_plan: bool) -> bool:
-        """INSERT ... ON CONFLICT DO NOTHING (optionally only while the plan is CONFIRMED)."""
-        return await self._execute(_CLAIM if require_confirmed_plan else _INSERT, row)
+    @property
+    def max_connections(self) -> int:
+        """The most connections this pool holds open at once."""
+        return self._max
+
+    def stats(self) -> PoolStats:
+        """How many connections are open, idle and waited for, now."""
+        with self._lock:
+            return PoolStats(
+                open=self._open,
+                idle=sum(len(idle) for idle in self._idle.values()),
+                waiting=len(self._waiters),
+                max_connections=self._max,
+            )
+
+    async def insert(
+        self,
+        row: Mapping[str, Any],
+        *,
+        require_confirmed_plan: bool,
+        wait: float = math.inf,
+    ) -> bool:
+        """INSERT ... ON CONFLICT DO NOTHING (optionally only while the plan is CONFIRMED).
+
+        `wait` bounds the wait for a free connection (the pool's timeout bounds it too).
+        """
+        return await self._execute(_CLAIM if require_confirmed_plan else _INSERT, row, wait)
 
     async def replace(self, params: Mapping[str, Any], *, owner: bool, valid: bool) -> bool:
         """The compare-and-set UPDATE of `SqlStore.replace_execution`."""
-        return await self._execute(_REPLACE[(owner, valid)], params)
+        return await self._execute(_REPLACE[(owner, valid)], params, math.inf)
 
-    async def _execute(self, statement: _Compiled, params: Mapping[str, Any]) -> bool:
-        connection = await self._acquire()
+    async def _execute(self, statement: _Compiled, params: Mapping[str, Any], wait: float) -> bool:
+        connection = await self._acquire(min(wait, self._timeout))
         healthy = False
         try:
             cursor = await connection.execute(statement.sql, {**statement.constants, **params})
         except psycopg.Error as exc:
             healthy = not isinstance(exc, psycopg.OperationalError)
+            if not healthy:
+                # A lost connection usually means the others are lost too (a restart,
+                # a failover): close the idle ones instead of failing on each in turn.
+                self._discard_idle()
             raise StoreError(f"execution write failed: {type(exc).__name__}") from exc
         else:
             healthy = True
             return cursor.rowcount == 1
         finally:
-            self._release(connection, healthy=healthy)
+            self._release(connection, healthy=healthy and not connection.broken)
 
-    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+    # --- the bound -------------------------------------------------------------------------------
+
+    async def _acquire(self, wait: float) -> _Connection:
         loop = asyncio.get_running_loop()
+        waiter: _Waiter | None = None
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
             self._close_ended_loops()
-            idle = self._idle.setdefault(loop, [])
+            idle = self._idle.get(loop)
+            grant: _Connection | _Slot | None = None
             if idle:
-                return idle.pop()
+                grant = idle.pop()
+            elif self._open < self._max or self._close_idle_elsewhere(loop):
+                self._open += 1
+                grant = _SLOT
+            else:
+                waiter = _Waiter(loop)
+                self._waiters.append(waiter)
+        if waiter is not None:
+            grant = await self._wait(waiter, wait)
+            if self._closed:
+                self._give_back(grant, loop)
+                raise StoreError("the store is closed")
+        if grant is None or isinstance(grant, _Slot):
+            return await self._connect()
+        return grant
+
+    async def _wait(self, waiter: _Waiter, wait: float) -> _Connection | _Slot:
+        try:
+            async with asyncio.timeout(max(0.0, wait) if math.isfinite(wait) else None):
+                await waiter.future
+        except TimeoutError:
+            with self._lock:
+                if waiter.grant is None:
+                    self._waiters.remove(waiter)
+                    msg = f"no database connection was free within {wait:.3f}s"
+                    raise StoreError(msg) from None
+        except asyncio.CancelledError:
+            with self._lock:
+                granted = waiter.grant
+                if granted is None:
+                    self._waiters.remove(waiter)
+            if granted is not None:
+                self._give_back(granted, waiter.loop)
+            raise
+        granted = waiter.grant
+        if granted is None:  # pragma: no cover - the future is set only after a grant
+            raise StoreError("woken without a connection")
+        return granted
+
+    async def _connect(self) -> _Connection:
+        """Open a connection for a slot the bound already counted."""
         try:
             return await psycopg.AsyncConnection.connect(
                 self._conninfo,
                 autocommit=True,
                 options=self._options,
+                application_name=self._application_name,
             )
         except psycopg.Error as exc:
+            with self._lock:
+                self._slot_freed()
             raise StoreError(f"connection failed: {type(exc).__name__}") from exc
+        except BaseException:
+            with self._lock:
+                self._slot_freed()
+            raise
 
-    def _release(self, connection: psycopg.AsyncConnection[Any], *, healthy: bool) -> None:
-        loop = asyncio.get_running_loop()
+    def _release(self, connection: _Connection, *, healthy: bool) -> None:
+        self._give_back(connection, asyncio.get_running_loop(), healthy=healthy)
+
+    def _give_back(
+        self,
+        grant: _Connection | _Slot,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        healthy: bool = True,
+    ) -> None:
+        """Hand a connection (or an unused slot) to the next waiter, or keep it idle.
+
+        A waiter on the connection's own loop takes the connection itself; one on
+        another loop cannot use it, so it is closed and its slot handed over.
+        """
         with self._lock:
-            idle = self._idle.setdefault(loop, [])
-            if healthy and not self._closed and len(idle) < self._per_loop:
-                idle.append(connection)
+            if isinstance(grant, _Slot):
+                self._slot_freed()
                 return
-        _finish(connection)
+            if not healthy or self._closed:
+                _finish(grant)
+                self._slot_freed()
+                return
+            same = next((w for w in self._waiters if w.loop is loop), None)
+            if same is not None:
+                self._waiters.remove(same)
+                self._grant(same, grant)
+            elif self._waiters:
+                _finish(grant)
+                self._grant(self._waiters.popleft(), _SLOT)
+            else:
+                self._idle.setdefault(loop, []).append(grant)
+
+    # --- under the lock ------------------------------------------------------------------------
+
+    def _slot_freed(self) -> None:
+        """One connection fewer is open: its slot goes to the first waiter, if any."""
+        if self._waiters and not self._closed:
+            self._grant(self._waiters.popleft(), _SLOT)
+            return
+        self._open -= 1
+
+    def _grant(self, waiter: _Waiter, grant: _Connection | _Slot) -> None:
+        waiter.grant = grant
+        try:
+            waiter.loop.call_soon_threadsafe(_wake, waiter.future)
+        except RuntimeError:  # pragma: no cover - its loop closed while it waited
+            waiter.grant = None
+            if not isinstance(grant, _Slot):
+                _finish(grant)
+            self._slot_freed()
 
     def _close_ended_loops(self) -> None:
+        for waiter in [w for w in self._waiters if w.loop.is_closed()]:
+            self._waiters.remove(waiter)  # pragma: no cover - a loop left without its task
         for loop in [loop for loop in self._idle if loop.is_closed()]:
             for connection in self._idle.pop(loop):
                 _finish(connection)
+                self._open -= 1
+
+    def _discard_idle(self) -> None:
+        with self._lock:
+            for connections in self._idle.values():
+                while connections:
+                    _finish(connections.pop())
+                    self._slot_freed()
+
+    def _close_idle_elsewhere(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Close one idle connection of another loop, keeping its slot for `loop`."""
+        for other, idle in self._idle.items():
+            if other is not loop and idle:
+                _finish(idle.pop())
+                self._open -= 1
+                return True
+        return False
 
     def close(self) -> None:
-        """Close every idle connection of every loop."""
+        """Close every idle connection and fail every waiter; lent ones close on return."""
         with self._lock:
             self._closed = True
             for connections in self._idle.values():
                 for connection in connections:
                     _finish(connection)
+                    self._open -= 1
             self._idle.clear()
+            while self._waiters:
+                self._open += 1
+                self._grant(self._waiters.popleft(), _SLOT)
 
 
-def _finish(connection: psycopg.AsyncConnection[Any]) -> None:
+def _finish(connection: _Connection) -> None:
     # libpq's finish is synchronous: it works whether or not the connection's loop runs.
     connection.pgconn.finish()

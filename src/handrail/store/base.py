@@ -122,11 +122,20 @@ class Store(Protocol):
         """
         ...
 
-    def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
+    def due_executions(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        tool: str | None = None,
+        tenant_id: str | None = None,
+        key: str | None = None,
+    ) -> list[ExecutionRecord]:
         """Records the reconciler must look at, least recently updated first.
 
         RUNNING ones whose lease expired, and UNKNOWN ones whose next check is due and
-        whose lease (if any) has expired.
+        whose lease (if any) has expired. `tool`, `tenant_id` and `key`, when given,
+        keep only the records that match every one of them.
         """
         ...
 

@@ -188,10 +188,25 @@ class MemoryStore:
             self._executions[record.idempotency_key] = record
             return True
 
-    def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
+    def due_executions(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        tool: str | None = None,
+        tenant_id: str | None = None,
+        key: str | None = None,
+    ) -> list[ExecutionRecord]:
         """RUNNING records with expired leases and due UNKNOWN ones, oldest first."""
         with self._lock:
-            due = [r for r in self._executions.values() if _due(r, now)]
+            due = [
+                r
+                for r in self._executions.values()
+                if _due(r, now)
+                and (tool is None or r.tool == tool)
+                and (tenant_id is None or r.tenant_id == tenant_id)
+                and (key is None or r.idempotency_key == key)
+            ]
         return sorted(due, key=lambda r: (r.updated_at, r.idempotency_key))[: max(0, limit)]
 
     def list_executions(

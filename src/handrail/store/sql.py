@@ -354,9 +354,21 @@ class SqlStore:
         work: Callable[[sa.Connection], T],
         connection: sa.Connection | None,
     ) -> T:
+        """Run a read in `connection`, or on a pooled one of its own.
+
+        A pooled connection found dead (a restart or failover ended its backend) makes
+        SQLAlchemy invalidate the pool; a read is safe to repeat, so it runs once more
+        on a new connection. Writes are never repeated: one may have committed.
+        """
         try:
             if connection is not None:
                 return work(connection)
+            try:
+                with self._autocommit.connect() as fresh:
+                    return work(fresh)
+            except sa.exc.DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
             with self._autocommit.connect() as fresh:
                 return work(fresh)
         except sa.exc.SQLAlchemyError as exc:
@@ -536,7 +548,15 @@ class SqlStore:
             single=True,
         )
 
-    def due_executions(self, *, now: datetime, limit: int) -> list[ExecutionRecord]:
+    def due_executions(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        tool: str | None = None,
+        tenant_id: str | None = None,
+        key: str | None = None,
+    ) -> list[ExecutionRecord]:
         """RUNNING records with expired leases and due UNKNOWN ones, oldest first."""
         at = _utc(now)
         c = executions.c
@@ -559,6 +579,12 @@ class SqlStore:
             .order_by(c.updated_at, c.idempotency_key)
             .limit(max(0, limit))
         )
+        if tool is not None:
+            query = query.where(c.tool == tool)
+        if tenant_id is not None:
+            query = query.where(c.tenant_id == tenant_id)
+        if key is not None:
+            query = query.where(c.idempotency_key == key)
         return self._read(
             "due executions read",
             lambda conn: [_execution(r) for r in conn.execute(query).mappings()],
