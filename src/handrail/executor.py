@@ -507,8 +507,8 @@ class Executor:
             code=ErrorCode.OUTCOME_UNKNOWN,
             detail={"note": "the lease ran out before the tool was called"},
         )
-        return WriteOutcome(
-            envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=None
+        return _outcome(
+            job, envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=None
         )
 
     # --- attempts that outlive their caller -------------------------------------------------------
@@ -545,8 +545,8 @@ class Executor:
         self._audit(
             job, "abandoned", "held", code=ErrorCode.OUTCOME_UNKNOWN, detail={"note": reason}
         )
-        return WriteOutcome(
-            envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=record
+        return _outcome(
+            job, envelope=self._error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT), record=record
         )
 
     def _released(self, keeper: LeaseKeeper) -> None:

@@ -187,7 +187,9 @@ async def test_a_sync_tool_blocked_in_its_thread_is_unknown_after_its_declared_t
 
     assert outcome.envelope.error_type is ErrorCode.OUTCOME_UNKNOWN
     assert outcome.record is not None
-    assert outcome.record.status is ExecutionStatus.UNKNOWN
+    # The thread is still inside the tool: its lease is held (RUNNING) until it ends.
+    assert outcome.record.status is ExecutionStatus.RUNNING
+    assert await world.writes.executor.drain(timeout=20.0)
 
 
 async def test_a_version_check_that_hangs_is_a_timeout_and_nothing_is_written(
