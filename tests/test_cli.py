@@ -69,6 +69,7 @@ def test_tools_show_prints_the_full_spec_with_its_schema_as_json(runner: CliRunn
     assert document["wire_name"] == "bookstore__order_status"
     assert document["permissions"] == ["orders.read"]
     assert document["trusted_parameters"] == {"tenant_id": "tenant_id"}
+    assert document["business_values"] == {}
     assert list(document["input_schema"]["properties"]) == ["order_id"]
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from handrail import Principal, Registry, RiskLevel, Tool, tool
+from handrail import BusinessValue, Principal, Registry, RiskLevel, Tool, tool
 from handrail.errors import DuplicateToolError, UnknownToolError
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
@@ -99,3 +99,25 @@ def test_namespaces_list_their_tools_and_iteration_is_sorted() -> None:
     assert [s.name for s in registry.specs()] == list(registry)
     assert registry.get("a.x").spec.namespace == "a"
     assert registry.get("a.x").name == "a.x"
+
+
+def test_business_value_declarations_are_audited_with_their_reasons_at_registration() -> None:
+    registry, sink = _registry()
+    crm = Tool.from_json_schema(
+        name="crm.update",
+        description="Update a customer.",
+        input_schema={"type": "object", "properties": {"user_id": {"type": "string"}}},
+        fn=lambda arguments, _ctx: arguments,
+        risk=RiskLevel.L1_INTERNAL_READ,
+        business_values={"user_id": BusinessValue(reason="the customer being updated")},
+    )
+    registry.register(crm, actor="ops@example")
+    declared = [event for event in sink.events if event.stage == "business_value"]
+    assert [(e.decision, e.tool, e.user_id) for e in declared] == [
+        ("declared", "crm.update", "ops@example"),
+    ]
+    assert declared[0].detail is not None
+    assert "#/properties/user_id" in declared[0].detail
+    assert "the customer being updated" in declared[0].detail
+    registry.register(_read("shop.a"))
+    assert [e.stage for e in sink.events[len(declared) + 1 :]] == ["register"]

@@ -56,6 +56,7 @@ from handrail.raw import RawRecord, RawResults
 from handrail.reconcile import Found, NoProof, NotExecuted, Reconciler
 from handrail.registry import Registry
 from handrail.routing import Intent, Route, Router
+from handrail.schema_store import SchemaStore
 from handrail.shaping.budget import Budget, HeuristicTokens, TokenEstimator
 from handrail.shaping.continuation import continuation_tool
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
@@ -66,6 +67,7 @@ from handrail.shaping.redact import IpMode, Kind, RedactionAction, RedactionPoli
 from handrail.shaping.shaper import Shaper
 from handrail.shaping.stream import StreamKind, TextStream
 from handrail.spec import (
+    BusinessValue,
     ConfirmationMode,
     ConfirmationPolicy,
     FromPrincipal,
@@ -94,6 +96,7 @@ __all__ = [
     "AuditSubject",
     "BatchingAuditSink",
     "Budget",
+    "BusinessValue",
     "Clock",
     "ConfirmationMode",
     "ConfirmationPolicy",
@@ -165,6 +168,7 @@ __all__ = [
     "Route",
     "Router",
     "Rule",
+    "SchemaStore",
     "ScrubbingFilter",
     "SecretAccessError",
     "SecretLedger",

@@ -24,8 +24,10 @@ from handrail.fencing import run_in_thread
 from handrail.plans import Impact
 from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
 from handrail.schema import prepare_raw_schema as _prepare_raw_schema
+from handrail.schema_store import SchemaStore
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import (
+    BusinessValue,
     ConfirmationMode,
     ConfirmationPolicy,
     FromPrincipal,
@@ -140,6 +142,14 @@ class Tool:
         """Stage 2 check against the model-facing schema: {json_path: message}."""
         return self._validator.errors(arguments)
 
+    def check_arguments(self, arguments: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+        """Stage 2: field errors, and the arguments with ints where the schema says integer.
+
+        The arguments come back unchanged (the same object) unless a whole-number float
+        stood at an integer place; the caller's own object is never modified.
+        """
+        return self._validator.check(arguments)
+
     def bind(self, arguments: dict[str, Any]) -> BoundArguments:
         """Build typed arguments; a model's own validators can still refuse them."""
         if self._model is None:
@@ -216,15 +226,27 @@ class Tool:
         business_id: BusinessIdSource | None = None,
         results: ResultPolicy | None = None,
         secrets: Iterable[str] = (),
+        business_values: Mapping[str, BusinessValue] | None = None,
+        schemas: SchemaStore | None = None,
     ) -> Tool:
         """Declare a tool from a raw Draft 2020-12 schema and `fn(arguments, ctx)`.
 
         This is how MCP servers and other schema-first sources supply tools. Trusted
         parameters are removed from the model-facing schema and filled from the
-        Principal before `fn` runs.
+        Principal before `fn` runs. `business_values` declares identity-like names that
+        are business data (by parameter name, or JSON Pointer for nested places);
+        `schemas` is the host's SchemaStore that `$ref`s to other documents resolve
+        from, once, into the model-facing schema.
         """
         trusted = dict(trusted or {})
-        facing = _prepare_raw_schema(name, input_schema, trusted)
+        prepared = _prepare_raw_schema(
+            name,
+            input_schema,
+            trusted,
+            business_values=business_values,
+            schemas=schemas,
+        )
+        facing = prepared.schema
         spec = _build_spec(
             name=name,
             description=description,
@@ -247,6 +269,7 @@ class Tool:
             reconcile_policy=reconcile_policy,
             results=results,
             secrets=secrets,
+            business_values=prepared.business_values,
         )
         is_async = inspect.iscoroutinefunction(fn)
 
@@ -319,6 +342,7 @@ def _build_spec(
     reconcile_policy: ReconcilePolicy | None,
     results: ResultPolicy | None,
     secrets: Iterable[str],
+    business_values: Mapping[str, BusinessValue],
 ) -> ToolSpec:
     description = inspect.cleandoc(description)
     if side_effect is not SideEffect.NONE and confirmation is None:
@@ -348,6 +372,7 @@ def _build_spec(
         trusted=trusted,
         results=results or ResultPolicy(),
         secrets=frozenset(secrets),
+        business_values=business_values,
     )
 
 
@@ -450,6 +475,7 @@ def tool(
             reconcile_policy=reconcile_policy,
             results=results,
             secrets=secrets,
+            business_values=derived.business_values,
         )
         return Tool(
             spec=spec,

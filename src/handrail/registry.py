@@ -1,6 +1,7 @@
 """Registry: the one source of what the model may see and of what may run.
 
-Owns registration (with collision detection), deregistration, both audited, and
+Owns registration (with collision detection), deregistration, both audited (with
+every business-value declaration a registered tool makes), and
 exposure: which tools exist for a given principal, tenant and request. The rules of
 exposure live in `exposure`; the registry is the one place they are applied to what is
 registered, and the only source of what adapters send. It never holds a spec without
@@ -64,7 +65,13 @@ class Registry:
             table = dict(self._tools)
             table[name] = tool
             self._tools = MappingProxyType(table)
-        self._audit("register", "accepted", tool.spec, actor, None)
+        # Each declared business value is its own event: people review these exceptions
+        # to the identity check, with the reason given for each.
+        declared = [
+            ("business_value", "declared", f"{key}: {value.reason}")
+            for key, value in sorted(tool.spec.business_values.items())
+        ]
+        self._audit("register", "accepted", tool.spec, actor, None, *declared)
         return tool.spec
 
     def deregister(self, name: str, *, actor: str = "system") -> Tool:
@@ -145,14 +152,23 @@ class Registry:
         spec: ToolSpec,
         actor: str,
         detail: str | None,
+        *more: tuple[str, str, str],
     ) -> None:
+        """One registry event, and `more` (stage, decision, detail) about the same tool."""
         if not self._auditor.enabled:
             return
-        event = self._auditor.event(
-            kind="registry",
-            stage=stage,
-            decision=decision,
-            subject=AuditSubject(tool=spec.name, schema_version=spec.schema_version, user_id=actor),
-            detail=detail or f"description_version={spec.description_version}",
+        subject = AuditSubject(tool=spec.name, schema_version=spec.schema_version, user_id=actor)
+        events = [
+            self._auditor.event(
+                kind="registry",
+                stage=stage,
+                decision=decision,
+                subject=subject,
+                detail=detail or f"description_version={spec.description_version}",
+            ),
+        ]
+        events.extend(
+            self._auditor.event(kind="registry", stage=s, decision=d, subject=subject, detail=t)
+            for s, d, t in more
         )
-        self._auditor.emit([event])
+        self._auditor.emit(events)

@@ -1,8 +1,9 @@
 """Argument schemas: derived from typed signatures, or taken raw and checked.
 
 Owns signature → pydantic argument model → model-facing JSON Schema, the refusal of
-schemas that ask the model for identity, and the one function that picks the JSON
-Schema validator (`compile_validator`). It never runs a tool.
+schemas that ask the model for identity (by the rules of `identity`), and the one
+function that picks the JSON Schema validator (`compile_validator`), whose field errors
+are written for the model to repair its call. It never runs a tool.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import inspect
 import json
 import re
 import typing
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, get_args, get_origin
@@ -23,12 +23,16 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import GenerateJsonSchema
 
 from handrail.context import ToolContext
-from handrail.errors import IdentityParameterError, SchemaError, SignatureError
-from handrail.spec import FromPrincipal
+from handrail.errors import SchemaError, SignatureError
+from handrail.identity import check_identity_parameters, escape_pointer, take_declarations
+from handrail.integers import IntegerPlaces, UnsafeIntegerError
+from handrail.schema_store import SchemaStore
+from handrail.spec import BusinessValue, FromPrincipal
 
 __all__ = [
     "ArgumentValidator",
     "DerivedSignature",
+    "PreparedSchema",
     "check_identity_parameters",
     "compile_validator",
     "compile_validator_map",
@@ -37,87 +41,12 @@ __all__ = [
     "prepare_raw_schema",
 ]
 
-# Parameter names that ask the model who it is or what it may do. Compared after
-# lower-casing and removing everything but letters and digits.
-_IDENTITY_NAMES = frozenset(
-    {
-        "tenant",
-        "tenantid",
-        "user",
-        "userid",
-        "principal",
-        "principalid",
-        "role",
-        "roles",
-        "isadmin",
-        "admin",
-        "superuser",
-        "issuperuser",
-        "permission",
-        "permissions",
-        "datascope",
-        "orgid",
-        "organizationid",
-        "organisationid",
-        "actingas",
-        "impersonate",
-        "onbehalfof",
-    },
-)
-_NORMALISE = re.compile(r"[^a-z0-9]")
 _MAX_FIELD_ERRORS = 20
 _MAX_MESSAGE = 160
-
-
-def _normalise(name: str) -> str:
-    # NFKC first, so that full-width or styled letters (U+FF54 for "t") fold to ASCII.
-    return _NORMALISE.sub("", unicodedata.normalize("NFKC", name).casefold())
-
-
-def _property_names(schema: object, path: str = "$") -> Iterator[tuple[str, str]]:
-    """Every (json_path, property name) declared or required anywhere in a schema."""
-    if isinstance(schema, Mapping):
-        props = schema.get("properties")
-        if isinstance(props, Mapping):
-            for name, sub in props.items():
-                yield f"{path}.{name}", str(name)
-                yield from _property_names(sub, f"{path}.{name}")
-        # A property can be demanded without being declared: `required` alone (with
-        # additional properties allowed) asks the model for it just the same.
-        named: list[object] = []
-        if isinstance(schema.get("required"), list):
-            named.extend(schema["required"])
-        for keyword in ("dependentRequired", "dependentSchemas"):
-            dependent = schema.get(keyword)
-            if isinstance(dependent, Mapping):
-                named.extend(dependent)
-                if keyword == "dependentRequired":
-                    named.extend(n for ns in dependent.values() if isinstance(ns, list) for n in ns)
-        for name in named:
-            yield f"{path}.{name}", str(name)
-        for key, sub in schema.items():
-            if key != "properties":
-                yield from _property_names(sub, path)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _property_names(item, path)
-
-
-def check_identity_parameters(tool_name: str, schema: Mapping[str, Any]) -> None:
-    """Refuse a model-facing schema that asks for identity, tenant or authority.
-
-    Such parameters must be declared trusted (`FromPrincipal`) so that they are filled
-    from the authenticated Principal and never seen by the model.
-    """
-    offending = sorted(
-        {path for path, name in _property_names(schema) if _normalise(name) in _IDENTITY_NAMES},
-    )
-    if offending:
-        raise IdentityParameterError(
-            f"tool {tool_name!r} asks the model for identity or authority at "
-            f"{', '.join(offending)}. Identity, tenant and permissions come from the "
-            f"Principal: declare the parameter trusted with FromPrincipal(...) or remove it.",
-        )
+# An enum error lists the allowed values within this many characters, then counts the rest.
+_MAX_ENUM_LIST = 300
+_MAX_ENUM_VALUE = 60
+_UNSAFE = "is a whole number outside the safe integer range of ±(2**53 - 1)"
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -171,25 +100,86 @@ def _collect(error: jsonschema_rs.ValidationError, found: dict[str, str]) -> Non
     elif isinstance(kind, _Kind.AdditionalProperties):
         for name in kind.unexpected[:_MAX_FIELD_ERRORS]:
             found.setdefault(json_path([*base, str(name)]), "is not allowed")
+    elif isinstance(kind, _Kind.Enum):
+        found.setdefault(json_path(base), _enum_message(kind.options, error.instance))
     else:
         found.setdefault(json_path(base), _clip(error.message))
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _MAX_ENUM_VALUE else text[:_MAX_ENUM_VALUE] + "…"
+
+
+def _enum_message(options: list[Any], instance: object) -> str:
+    """Every allowed value within a bound, how many more there are, and a case hint.
+
+    The value given is not echoed: only values from the schema appear.
+    """
+    hint = ""
+    if isinstance(instance, str):
+        folded = instance.casefold()
+        same = [o for o in options if isinstance(o, str) and o.casefold() == folded]
+        if same:
+            hint = f"wrong case: did you mean {_shown(same[0])}? Values are case-sensitive; "
+    listed: list[str] = []
+    used = 0
+    for option in options:
+        text = _shown(option)
+        if listed and used + len(text) + 2 > _MAX_ENUM_LIST:
+            break
+        listed.append(text)
+        used += len(text) + 2
+    rest = len(options) - len(listed)
+    more = f" and {rest} more" if rest else ""
+    return f"{hint}must be one of {', '.join(listed)}{more}"
 
 
 class ArgumentValidator:
     """A compiled Draft 2020-12 validator returning field errors as {json_path: message}.
 
-    Messages are clipped so that a huge argument value is never echoed back whole.
+    Messages are clipped so that a huge argument value is never echoed back whole. A
+    valid value comes back from `check` with a whole-number float at each place the
+    schema says integer turned into an int; those places are found once, here.
     """
 
-    __slots__ = ("_validator",)
+    __slots__ = ("_integers", "_validator")
 
-    def __init__(self, validator: jsonschema_rs.Draft202012Validator) -> None:
+    def __init__(
+        self,
+        validator: jsonschema_rs.Draft202012Validator,
+        integers: IntegerPlaces | None = None,
+    ) -> None:
         self._validator = validator
+        self._integers = integers
+
+    @property
+    def converts_integers(self) -> bool:
+        """Whether an integer can stand anywhere in the schema (else `check` only checks)."""
+        return self._integers is not None
 
     def errors(self, instance: object) -> dict[str, str]:
         """Field errors by path, empty when the instance is valid; at most 20, sorted."""
         if self._validator.is_valid(instance):
             return {}
+        return self._errors(instance)
+
+    def check(self, instance: Any) -> tuple[dict[str, str], Any]:  # noqa: ANN401 - JSON
+        """Field errors and the value to use: `instance` itself, or a copy with ints.
+
+        A whole-number float beyond ±(2**53 - 1) at an integer place is an error: its
+        JSON text may have been rounded already.
+        """
+        if not self._validator.is_valid(instance):
+            return self._errors(instance), instance
+        if self._integers is None:
+            return {}, instance
+        try:
+            return {}, self._integers.convert(instance)
+        except UnsafeIntegerError as exc:
+            return {json_path(exc.path): _UNSAFE}, instance
+
+    def _errors(self, instance: object) -> dict[str, str]:
         found: dict[str, str] = {}
         for error in self._validator.iter_errors(instance):
             _collect(error, found)
@@ -202,26 +192,66 @@ class ArgumentValidator:
 def _no_retrieval(uri: str) -> Any:  # noqa: ANN401 - the library's retriever signature
     # jsonschema-rs fetches unknown `$ref` targets over HTTP unless told otherwise. A
     # schema (from an MCP server, say) must never make the host send a request.
-    msg = f"external reference {uri[:120]!r} is not retrieved; inline it in the schema"
+    msg = (
+        f"external reference {uri[:120]!r} is not retrieved; inline it in the schema or "
+        f"put the document in a SchemaStore"
+    )
     raise SchemaError(msg)
 
 
-def compile_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
+def _object_schema(schema: object, owner: str) -> Mapping[str, Any]:
+    if not isinstance(schema, Mapping):
+        msg = (
+            f"{owner}: tool parameters must be an object schema (a JSON object with type "
+            f"'object'), not {type(schema).__name__}"
+        )
+        raise SchemaError(msg)
+    return schema
+
+
+def compile_validator(
+    schema: Mapping[str, Any],
+    *,
+    schemas: SchemaStore | None = None,
+) -> ArgumentValidator:
     """Compile a JSON Schema; the single place that chooses the validator library.
 
     jsonschema-rs (about 0.3-2 µs a call here, against about 47 µs for the reference
     `jsonschema`) with formats asserted, so `format` is a check and not a comment, and
-    with external `$ref`s refused rather than fetched.
+    with external `$ref`s refused rather than fetched; with `schemas`, they are
+    resolved from that store first. The places where integers stand are found here,
+    once, so that a call converts only where the schema says integer.
     """
+    document = dict(_object_schema(schema, "compile_validator"))
+    if schemas is not None:
+        document = schemas.resolve(document)
     try:
         validator = jsonschema_rs.Draft202012Validator(
-            dict(schema),
+            document,
             validate_formats=True,
             retriever=_no_retrieval,
         )
     except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
         raise SchemaError(f"invalid JSON Schema: {_clip(str(exc))}") from exc
-    return ArgumentValidator(validator)
+    return ArgumentValidator(validator, _integer_places(document))
+
+
+def _integer_places(document: dict[str, Any]) -> IntegerPlaces | None:
+    validators: list[jsonschema_rs.ValidatorMap] = []
+
+    def checks(pointer: str) -> Callable[[Any], bool] | None:
+        if not validators:
+            validators.append(compile_validator_map(document))
+        found = validators[0].get(pointer)
+        return None if found is None else found.is_valid
+
+    def patterns(pattern: str) -> Callable[[Any], bool]:
+        try:
+            return jsonschema_rs.validator_for({"pattern": pattern}).is_valid
+        except (jsonschema_rs.ValidationError, ValueError) as exc:
+            raise SchemaError(f"invalid pattern {pattern[:80]!r}: {_clip(str(exc))}") from exc
+
+    return IntegerPlaces.find(document, checks=checks, patterns=patterns)
 
 
 def compile_validator_map(schema: Mapping[str, Any]) -> jsonschema_rs.ValidatorMap:
@@ -232,7 +262,7 @@ def compile_validator_map(schema: Mapping[str, Any]) -> jsonschema_rs.ValidatorM
     """
     try:
         return jsonschema_rs.validator_map_for(
-            dict(schema),
+            dict(_object_schema(schema, "compile_validator_map")),
             validate_formats=True,
             retriever=_no_retrieval,
         )
@@ -243,37 +273,78 @@ def compile_validator_map(schema: Mapping[str, Any]) -> jsonschema_rs.ValidatorM
 # --- raw schemas (MCP-style tools) --------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PreparedSchema:
+    """A raw schema made model-facing, and its checked business-value declarations."""
+
+    schema: dict[str, Any]
+    business_values: Mapping[str, BusinessValue]
+
+
 def prepare_raw_schema(
     tool_name: str,
     schema: Mapping[str, Any],
     trusted: Mapping[str, FromPrincipal],
-) -> dict[str, Any]:
+    *,
+    business_values: Mapping[str, BusinessValue] | None = None,
+    schemas: SchemaStore | None = None,
+) -> PreparedSchema:
     """Check a raw input schema and return its model-facing form.
 
-    The schema must be a valid Draft 2020-12 object schema. Trusted parameters are
-    removed from `properties` and `required`; any other identity parameter is refused.
+    The schema must be a valid Draft 2020-12 object schema; `$ref`s to other documents
+    are resolved from `schemas` into the schema itself. Trusted parameters are removed
+    from `properties` and `required`; any other identity parameter is refused unless
+    `business_values` declares it (keys: a top-level parameter name, or a JSON Pointer
+    such as `#/properties/owner/properties/user_id`).
     """
-    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+    schema = _object_schema(schema, f"tool {tool_name!r}")
+    if schema.get("type") != "object":
         raise SchemaError(f"tool {tool_name!r}: the input schema must have type 'object'")
     declared = schema.get("$schema")
     if declared not in {None, "https://json-schema.org/draft/2020-12/schema"}:
         raise SchemaError(f"tool {tool_name!r}: only Draft 2020-12 schemas are accepted")
     try:
         jsonschema_rs.meta.validate(dict(schema))
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
         raise SchemaError(f"tool {tool_name!r}: invalid JSON Schema: {_clip(str(exc))}") from exc
-    facing = dict(schema)
-    props = dict(schema.get("properties") or {})
+    try:
+        facing = (schemas or SchemaStore()).resolve(schema)
+    except SchemaError as exc:
+        raise SchemaError(f"tool {tool_name!r}: {exc}") from exc
+    props = dict(facing.get("properties") or {})
     for name in trusted:
         if name not in props:
             raise SchemaError(f"tool {tool_name!r}: trusted parameter {name!r} is not declared")
         del props[name]
     facing["properties"] = props
-    if "required" in schema:
-        facing["required"] = [r for r in schema["required"] if r not in trusted]
-    check_identity_parameters(tool_name, facing)
+    if "required" in facing:
+        facing["required"] = [r for r in facing["required"] if r not in trusted]
+    exempt = check_identity_parameters(
+        tool_name,
+        facing,
+        declared=_raw_declarations(tool_name, business_values or {}, trusted),
+        declaration_error=SchemaError,
+    )
     compile_validator(facing)
-    return facing
+    return PreparedSchema(schema=facing, business_values=exempt)
+
+
+def _raw_declarations(
+    tool_name: str,
+    business_values: Mapping[str, BusinessValue],
+    trusted: Mapping[str, FromPrincipal],
+) -> dict[str, BusinessValue]:
+    declared: dict[str, BusinessValue] = {}
+    hidden = {f"#/properties/{escape_pointer(name)}" for name in trusted}
+    for key, value in business_values.items():
+        if not isinstance(key, str) or not key:
+            raise SchemaError(f"tool {tool_name!r}: business_values are keyed by name or pointer")
+        pointer = key if key.startswith("#/") else f"#/properties/{escape_pointer(key)}"
+        if pointer in hidden:
+            msg = f"tool {tool_name!r}: {key!r} cannot be both trusted and a business value"
+            raise SchemaError(msg)
+        declared[pointer] = value
+    return declared
 
 
 # --- signatures (decorated tools) ----------------------------------------------------------------
@@ -297,12 +368,13 @@ class DerivedSignature:
     context_parameter: str | None
     trusted: Mapping[str, FromPrincipal]
     is_async: bool
+    business_values: Mapping[str, BusinessValue]
 
 
-def _trusted_marker(annotation: object) -> FromPrincipal | None:
+def _marker(annotation: object, kind: type[Any]) -> Any:  # noqa: ANN401 - an instance of kind
     if get_origin(annotation) is Annotated:
         for extra in get_args(annotation)[1:]:
-            if isinstance(extra, FromPrincipal):
+            if isinstance(extra, kind):
                 return extra
     return None
 
@@ -311,7 +383,8 @@ def derive_signature(fn: Callable[..., Any], tool_name: str) -> DerivedSignature
     """Build the argument model and model-facing JSON Schema from a typed signature.
 
     Refuses untyped, variadic and positional-only parameters and identity parameters
-    not declared trusted. A parameter annotated `ToolContext` is injected, not exposed.
+    declared neither trusted (`FromPrincipal`) nor a `BusinessValue`. A parameter
+    annotated `ToolContext` is injected, not exposed.
     """
     try:
         signature = inspect.signature(fn)
@@ -337,8 +410,13 @@ def derive_signature(fn: Callable[..., Any], tool_name: str) -> DerivedSignature
                 raise SignatureError(f"tool {tool_name!r}: more than one ToolContext parameter")
             context_parameter = name
             continue
-        marker = _trusted_marker(annotation)
+        marker = _marker(annotation, FromPrincipal)
         if marker is not None:
+            if _marker(annotation, BusinessValue) is not None:
+                raise SignatureError(
+                    f"tool {tool_name!r}: {name!r} cannot be both trusted (FromPrincipal) and "
+                    f"a business value",
+                )
             trusted[name] = marker
             continue
         bare = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
@@ -363,7 +441,12 @@ def derive_signature(fn: Callable[..., Any], tool_name: str) -> DerivedSignature
         raise SignatureError(f"tool {tool_name!r}: cannot build a schema: {exc}") from exc
     schema.pop("title", None)
     schema.setdefault("properties", {})
-    check_identity_parameters(tool_name, schema)
+    exempt = check_identity_parameters(
+        tool_name,
+        schema,
+        declared=take_declarations(tool_name, schema),
+        declaration_error=SignatureError,
+    )
     compile_validator(schema)
     return DerivedSignature(
         model=model,
@@ -371,6 +454,7 @@ def derive_signature(fn: Callable[..., Any], tool_name: str) -> DerivedSignature
         context_parameter=context_parameter,
         trusted=MappingProxyType(trusted),
         is_async=inspect.iscoroutinefunction(fn),
+        business_values=exempt,
     )
 
 

@@ -12,13 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from handrail.credentials import validate_handle
 from handrail.errors import ConfigurationError, RegistrationError
 from handrail.shaping.policy import ResultPolicy
 
+if TYPE_CHECKING:
+    from pydantic import GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
+
 __all__ = [
+    "BusinessValue",
     "ConfirmationMode",
     "ConfirmationPolicy",
     "FromPrincipal",
@@ -185,6 +191,52 @@ class FromPrincipal:
     attribute: str
 
 
+_MAX_REASON = 500
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BusinessValue:
+    """Declares that an identity-like parameter is a business value, not the caller.
+
+    Registration refuses names that ask the model who it is (`user_id`, `tenant`,
+    `principal`, ...). Some tools use such names for plain data: the principal of a
+    loan, the CRM customer an administrator updates. Declare each one, with the reason
+    people will read in the audit trail:
+
+        principal: Annotated[Decimal, BusinessValue(reason="the loan amount")]
+
+    or, for a raw schema, `Tool.from_json_schema(..., business_values={"user_id":
+    BusinessValue(reason=...)})`. The value stays data written by the model: identity
+    and tenant still come only from the Principal, and resource policy (resolvers in
+    the caller's tenant) still decides whether the caller may act on it.
+    """
+
+    reason: str
+
+    SCHEMA_KEYWORD: ClassVar[str] = "x-handrail-business-value"
+    """Where a typed signature's declaration travels in the generated schema; honoured
+    only there (never in a raw schema) and removed before the model sees the schema."""
+
+    def __post_init__(self) -> None:
+        reason = self.reason
+        if not isinstance(reason, str) or not reason.strip():
+            raise RegistrationError("BusinessValue needs a reason: why this is not identity")
+        if len(reason) > _MAX_REASON or not reason.isprintable():
+            raise RegistrationError(
+                f"a BusinessValue reason is one line of at most {_MAX_REASON} printable characters",
+            )
+
+    def __get_pydantic_json_schema__(
+        self,
+        core_schema: CoreSchema,
+        handler: GetJsonSchemaHandler,
+    ) -> JsonSchemaValue:
+        """Carry the declaration to the schema of the parameter it annotates."""
+        schema = dict(handler(core_schema))
+        schema[self.SCHEMA_KEYWORD] = self.reason
+        return schema
+
+
 def _check_name(name: str) -> None:
     segments = name.split(".")
     if len(name) > _MAX_NAME or not all(_SEGMENT.match(s) for s in segments):
@@ -199,7 +251,9 @@ class ToolSpec:
     """The single declaration of a tool: what the model sees and how Handrail treats it.
 
     `input_schema` is the model-facing JSON Schema (trusted parameters removed).
-    `enabled_tenants` of None means every tenant.
+    `enabled_tenants` of None means every tenant. `business_values` are the declared
+    exceptions to the identity check, by JSON Pointer into `input_schema`
+    (`#/properties/user_id`); they are audited at registration.
     """
 
     name: str
@@ -224,6 +278,7 @@ class ToolSpec:
     results: ResultPolicy = field(default_factory=ResultPolicy)
     secrets: frozenset[str] = frozenset()
     """Handles of the host-side secrets the tool may read through its context."""
+    business_values: Mapping[str, BusinessValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -259,6 +314,7 @@ class ToolSpec:
             object.__setattr__(self, "enabled_tenants", frozenset(self.enabled_tenants))
         object.__setattr__(self, "input_schema", MappingProxyType(dict(self.input_schema)))
         object.__setattr__(self, "trusted", MappingProxyType(dict(self.trusted)))
+        object.__setattr__(self, "business_values", MappingProxyType(dict(self.business_values)))
 
     def _check_write_policies(self, *, writes: bool) -> None:
         mode = self.idempotency.mode

@@ -253,10 +253,13 @@ def refuse_defect(defect: str) -> Refusal:
 
 
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> BoundArguments:
-    """Stage 2: check the arguments against the tool's schema; build typed arguments."""
+    """Stage 2: check the arguments against the tool's schema; build typed arguments.
+
+    A whole-number float where the schema says integer reaches the tool as an int.
+    """
     # A trusted parameter is filled from the Principal; a model that supplies one is
     # refused, even where a raw schema would let an unknown property through.
-    errors = tool.schema_errors(arguments)
+    errors, checked = tool.check_arguments(arguments)
     for name in tool.spec.trusted:
         if name in arguments:
             errors.setdefault(json_path([name]), "is not allowed")
@@ -268,7 +271,7 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> BoundArguments:
             retryable=True,
             field_errors=errors,
         )
-    return tool.bind(arguments)
+    return tool.bind(checked)
 
 
 async def check_business_rules(tool: Tool, bound: BoundArguments, ctx: ToolContext) -> None:

@@ -87,6 +87,7 @@ def spec_document(spec: ToolSpec) -> dict[str, Any]:
         "enabled_tenants": None if spec.enabled_tenants is None else sorted(spec.enabled_tenants),
         "scenarios": sorted(spec.scenarios),
         "trusted_parameters": {name: mark.attribute for name, mark in spec.trusted.items()},
+        "business_values": {key: value.reason for key, value in spec.business_values.items()},
         "retry": {
             "max_attempts": spec.retry.max_attempts,
             "initial_backoff": spec.retry.initial_backoff,
