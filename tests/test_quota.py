@@ -216,7 +216,7 @@ def test_bucket_keys_always_name_the_tenant_and_only_the_parts_of_their_scope() 
         (_user("x", "a%2Fb"), _user("x", "a/b")),
         (_user("{u}", "{t}"), _user("u", "t")),
         (_user("x:y", "t"), _user("y", "t:x")),
-        (_user("\ud800", "t\udc00"), _user("\udc00", "t\ud800")),
+        (_user("\U0001f600", "t\u00e9"), _user("\u00e9", "t\U0001f600")),
     ],
 )
 def test_tenants_and_users_that_contain_separators_never_spell_each_others_keys(
@@ -230,10 +230,11 @@ def test_tenants_and_users_that_contain_separators_never_spell_each_others_keys(
         assert not any(set(part) & set("/:{}") for part in one + other)
 
 
-@given(
-    tenants=st.tuples(st.text(min_size=1), st.text(min_size=1)),
-    users=st.tuples(st.text(min_size=1), st.text(min_size=1)),
-)
+# Any text a Principal takes (it refuses NUL and lone surrogates, which no store holds).
+_NAMES = st.text(st.characters(exclude_characters="\x00"), min_size=1)
+
+
+@given(tenants=st.tuples(_NAMES, _NAMES), users=st.tuples(_NAMES, _NAMES))
 def test_two_callers_share_a_bucket_key_only_when_tenant_and_user_are_equal(
     tenants: tuple[str, str],
     users: tuple[str, str],

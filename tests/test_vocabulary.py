@@ -127,6 +127,11 @@ def test_error_codes_are_the_stable_strings_of_the_design() -> None:
         "PLAN_CLOSED",
         # A write whose record was purged to a tombstone: it ran, and never runs again.
         "ALREADY_EXECUTED",
+        # Extensions for the audit sink (operators only, never in an envelope).
+        "AUDIT_SINK_CLOSED",
+        "AUDIT_WRITER_DEAD",
+        "AUDIT_WRITER_BEHIND",
+        "AUDIT_EVENTS_LOST",
     }
 
 
@@ -220,3 +225,16 @@ def test_the_public_namespace_exports_exactly_its_all() -> None:
     assert sorted(public) == sorted(handrail.__all__)
     for name in handrail.__all__:
         assert getattr(handrail, name) is not None
+
+
+@pytest.mark.parametrize(
+    ("user_id", "tenant_id"),
+    [("u\ud800", "t"), ("u", "t\udfff"), ("u\x00", "t"), ("u", "\x00")],
+    ids=["user-surrogate", "tenant-surrogate", "user-nul", "tenant-nul"],
+)
+def test_a_principal_whose_user_or_tenant_no_store_can_hold_is_refused(
+    user_id: str,
+    tenant_id: str,
+) -> None:
+    with pytest.raises(ValueError, match="lone surrogate"):
+        Principal(user_id=user_id, tenant_id=tenant_id)

@@ -8,7 +8,9 @@ deadline and comes back as a bounded Envelope, with an audit event for every sta
 from handrail.audit import (
     AuditEvent,
     AuditSink,
+    AuditSinkHealth,
     AuditSubject,
+    AuditWriterState,
     BatchingAuditSink,
     MemoryAuditSink,
 )
@@ -29,6 +31,7 @@ from handrail.definition import Tool, tool
 from handrail.envelope import Envelope, ErrorDetail, Omission, Status, Trust
 from handrail.errors import (
     AccessRefusedError,
+    AuditSinkError,
     Conflict,
     ErrorCode,
     HandrailError,
@@ -93,7 +96,10 @@ __all__ = [
     "ArgumentLimits",
     "AuditEvent",
     "AuditSink",
+    "AuditSinkError",
+    "AuditSinkHealth",
     "AuditSubject",
+    "AuditWriterState",
     "BatchingAuditSink",
     "Budget",
     "BusinessValue",

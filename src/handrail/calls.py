@@ -8,7 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from handrail.text import is_unicode
+
 __all__ = ["ToolCall"]
+
+_NOT_TEXT = "the call id or tool name holds a lone surrogate, which is not Unicode text"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -21,6 +25,10 @@ class ToolCall:
     `defect` is set by an adapter that knows the call cannot be run as proposed (a
     stream cut off mid-arguments, an id reused from an earlier turn); the gate refuses
     such a call with INVALID_ARGUMENTS at stage 1 and never runs it.
+
+    An id or name with a lone surrogate (legal in JSON text, not encodable as UTF-8)
+    makes the call defective here, whoever built it; both are kept exactly as sent, so
+    the envelope still answers this id.
     """
 
     id: str
@@ -29,3 +37,7 @@ class ToolCall:
     provider: str = "unknown"
     raw: object = None
     defect: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.defect is None and not (is_unicode(self.id) and is_unicode(self.name)):
+            object.__setattr__(self, "defect", _NOT_TEXT)

@@ -11,6 +11,7 @@ Three families, never mixed:
     ├── UnknownToolError           lookup of a name the registry does not hold
     ├── ConfigurationError         the gate or store was set up wrongly
     ├── StoreError                 persistence failed
+    │   └── AuditSinkError         the audit writer is closed, dead, behind or lost events
     ├── AccessRefusedError         a request of a person refused, with a code
     │   └── WriteRefusedError      a confirmation or execution request refused
     └── IllegalTransitionError     a state machine was asked for a move it does not allow
@@ -35,6 +36,7 @@ from enum import StrEnum
 
 __all__ = [
     "AccessRefusedError",
+    "AuditSinkError",
     "ConfigurationError",
     "Conflict",
     "DuplicateToolError",
@@ -96,6 +98,15 @@ class ErrorCode(StrEnum):
     # Writes whose stored result outlived its retention.
     ALREADY_EXECUTED = "ALREADY_EXECUTED"
     """The key's write ran and succeeded before; its result is no longer kept. Not run again."""
+    # The batching audit sink (operators only; never in an envelope).
+    AUDIT_SINK_CLOSED = "AUDIT_SINK_CLOSED"
+    """Events were emitted to an audit sink after it was closed."""
+    AUDIT_WRITER_DEAD = "AUDIT_WRITER_DEAD"
+    """The audit writer thread has ended; nothing emitted to it will be written."""
+    AUDIT_WRITER_BEHIND = "AUDIT_WRITER_BEHIND"
+    """The audit writer did not take or write the events within the allowed time."""
+    AUDIT_EVENTS_LOST = "AUDIT_EVENTS_LOST"
+    """Audit events could not be stored, not even as a record of the failure."""
 
 
 # --- developers and operators ------------------------------------------------------------
@@ -135,6 +146,18 @@ class ConfigurationError(HandrailError):
 
 class StoreError(HandrailError):
     """Persistence failed; raised from the store boundary with the cause chained."""
+
+
+class AuditSinkError(StoreError):
+    """The audit trail is not being written as promised; `code` says how.
+
+    AUDIT_SINK_CLOSED, AUDIT_WRITER_DEAD, AUDIT_WRITER_BEHIND or AUDIT_EVENTS_LOST.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class AccessRefusedError(HandrailError):

@@ -46,6 +46,7 @@ from handrail.shaping.budget import Budget, json_text
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, IdempotencyMode
+from handrail.text import escape_lone_surrogates
 from handrail.trail import MAX_NAME_IN_AUDIT, CallTrail, count_denial, describe_exception
 from handrail.validation import (
     ArgumentLimits,
@@ -779,7 +780,7 @@ class Gate:
             candidates = tuple(self._shaper.redact_value(list(candidates)))
         return Envelope(
             call_id=call.id,
-            tool=tool.spec.name if tool else str(call.name)[:MAX_NAME_IN_AUDIT],
+            tool=tool.spec.name if tool else _proposed_name(call),
             status=Status.ERROR,
             summary=refusal.summary,
             schema_version=tool.spec.schema_version if tool else None,
@@ -820,6 +821,11 @@ class Gate:
             trail.record(refusal.stage, "refused", code=refusal.code, detail=refusal.detail)
             trail.emit()
         return self._refused(call, None, refusal)
+
+
+def _proposed_name(call: ToolCall) -> str:
+    """The name a refused call proposed, bounded, and writable as UTF-8 (for any log)."""
+    return escape_lone_surrogates(str(call.name)[:MAX_NAME_IN_AUDIT])[:MAX_NAME_IN_AUDIT]
 
 
 def _require_no_running_loop() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from handrail.text import is_storable
+
 __all__ = ["Principal"]
 
 
@@ -37,6 +39,11 @@ class Principal:
     def __post_init__(self) -> None:
         if not self.user_id or not self.tenant_id:
             msg = "a Principal needs a non-empty user_id and tenant_id"
+            raise ValueError(msg)
+        if not (is_storable(self.user_id) and is_storable(self.tenant_id)):
+            # Both key every stored record; PostgreSQL text holds no NUL, no database a
+            # lone surrogate, and an escaped copy could name another user or tenant.
+            msg = "a Principal's user_id and tenant_id must not hold NUL or a lone surrogate"
             raise ValueError(msg)
         object.__setattr__(self, "permissions", frozenset(self.permissions))
         object.__setattr__(self, "roles", frozenset(self.roles))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from handrail.audit import Auditor, AuditSubject
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode
+from handrail.text import escape_unstorable
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
@@ -124,12 +125,13 @@ class RawResults:
         size: int | None = None,
         complete: bool = True,
     ) -> str:
-        """Store a result for the principal's tenant and user; its ref.
+        r"""Store a result for the principal's tenant and user; its ref.
 
         A body over `max_bytes` is cut to that many bytes and stored as incomplete.
         `size` is the size of the whole original (default: the body's length); a
         stored body shorter than it is never complete. The tool name and call id are
-        clipped to the lengths the store keeps.
+        clipped to the lengths the store keeps; a NUL or lone surrogate in the call id is
+        kept as a `\uXXXX` escape.
         """
         data = bytes(body)
         whole = len(data) if size is None else size
@@ -150,7 +152,8 @@ class RawResults:
                 tenant_id=principal.tenant_id,
                 user_id=principal.user_id,
                 tool=tool[:_MAX_TOOL],
-                call_id=call_id[:_MAX_CALL_ID],
+                # The model's id, for people: every store must hold it (no NUL).
+                call_id=escape_unstorable(call_id)[:_MAX_CALL_ID],
                 created_at=now,
                 expires_at=now + self._retention,
                 media_type=media,

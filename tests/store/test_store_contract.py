@@ -7,16 +7,17 @@ SQLite and PostgreSQL stores; tests of one backend's own behaviour say so in the
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from handrail.audit import AuditEvent, AuditSubject
+from handrail.audit import STORED_WIDTHS, AuditEvent, AuditSubject
 from handrail.errors import ConfigurationError, StoreError
 from handrail.store import PostgresStore, SqliteStore, Store, open_store
-from handrail.store._tables import metadata
+from handrail.store._tables import audit_events, metadata
 
 
 def _event(n: int, *, tenant: str = "t1", call: str | None = None) -> AuditEvent:
@@ -40,6 +41,38 @@ def _event(n: int, *, tenant: str = "t1", call: str | None = None) -> AuditEvent
         code="OK",
         detail="d",
     )
+
+
+def test_text_no_database_holds_is_kept_escaped_and_long_text_clipped(store: Store) -> None:
+    bad = "x\ud800\x00"
+    subject = AuditSubject(
+        tenant_id="t\ud83d",
+        tool_call_id="call_\udfff",
+        tool="shop.\x00search",
+        request_id=bad + "r" * 200,
+        args_summary='{"q": "\udc80"}',
+        user_id=bad,
+    )
+    event = replace(_event(1), subject=subject, detail="boom \ud800\x00", code="C" * 100)
+    store.append_audit([event, _event(2)])
+    [kept, after] = store.read_audit()
+    assert (kept.tenant_id, kept.tool_call_id, kept.tool) == (
+        "t\\ud83d",
+        "call_\\udfff",
+        "shop.\\u0000search",
+    )
+    assert kept.request_id == ("x\\ud800\\u0000" + "r" * 200)[:127] + "…"
+    assert (kept.user_id, kept.args_summary) == ("x\\ud800\\u0000", '{"q": "\\udc80"}')
+    assert (kept.detail, kept.code) == ("boom \\ud800\\u0000", "C" * 63 + "…")
+    assert store.read_audit(tenant_id="t\\ud83d") == [kept]
+    assert after.event_id == "ev-2"
+
+
+def test_the_audit_widths_every_store_clips_to_are_the_columns_of_the_table() -> None:
+    columns = audit_events.c
+    assert set(STORED_WIDTHS) <= set(columns.keys())
+    for name, width in STORED_WIDTHS.items():
+        assert getattr(columns[name].type, "length", None) == width, name
 
 
 def test_appended_events_read_back_oldest_first_with_aware_timestamps(store: Store) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from handrail.errors import ConfigurationError
+from handrail.text import escape_lone_surrogates
 
 __all__ = [
     "SEPARATOR",
@@ -80,15 +81,16 @@ def name_from_wire(wire: str) -> str:
 
 
 def name_to_wire(name: str) -> str:
-    """The wire name for a call's tool name; a name that cannot map is kept verbatim.
+    r"""The wire name for a call's tool name; a name that cannot map is kept verbatim.
 
     For rendering transcripts: a call the model made to a name no tool has goes back
-    exactly as the model wrote it.
+    exactly as the model wrote it, except that a lone surrogate (which no request body
+    can hold as UTF-8) is written as a `\uXXXX` escape.
     """
     try:
         return to_wire_name(name)
     except ConfigurationError:
-        return name
+        return escape_lone_surrogates(name)
 
 
 def wire_name_defect(wire: str) -> str | None:

@@ -8,8 +8,6 @@ whole transcripts. Ids stay verbatim. It never decides exposure or policy.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from collections import Counter
@@ -25,6 +23,7 @@ from handrail.adapters._anthropic_stream import (
     wire_field,
 )
 from handrail.adapters._common import plain_json, sendable
+from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters._names import name_to_wire, to_wire_name
 from handrail.adapters.base import (
     Definitions,
@@ -437,8 +436,10 @@ def _resolve(schema: object, pointer: str) -> object:
 
 _WIRE_ID = re.compile(r"[a-zA-Z0-9_-]+")
 """What Anthropic accepts as a tool_use id."""
-_ID_ESCAPE = "hr64_"
-"""Marks an id Anthropic would refuse, sent as base64url of its UTF-8."""
+
+
+def _carried(call_id: str) -> bool:
+    return _WIRE_ID.fullmatch(call_id) is not None
 
 
 def _id_to_wire(call_id: str) -> str:
@@ -447,23 +448,12 @@ def _id_to_wire(call_id: str) -> str:
     Ids a model minted on Anthropic (`toolu_...`) always go verbatim; ids from other
     providers' transcripts may hold `.`, `:` or `|`, which Anthropic refuses.
     """
-    if _WIRE_ID.fullmatch(call_id) and not call_id.startswith(_ID_ESCAPE):
-        return call_id
-    encoded = base64.urlsafe_b64encode(call_id.encode("utf-8", "surrogatepass")).decode()
-    return _ID_ESCAPE + encoded.rstrip("=")
+    return id_to_wire(call_id, carried=_carried)
 
 
 def _id_from_wire(wire: str) -> str:
     """The exact inverse of `_id_to_wire`; any other id is kept verbatim."""
-    if not wire.startswith(_ID_ESCAPE):
-        return wire
-    body = wire[len(_ID_ESCAPE) :]
-    try:
-        decoded = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        call_id = decoded.decode("utf-8", "surrogatepass")
-    except (binascii.Error, ValueError):
-        return wire
-    return call_id if _id_to_wire(call_id) == wire else wire
+    return id_from_wire(wire, carried=_carried)
 
 
 # --- transcripts ---------------------------------------------------------------------------

@@ -37,12 +37,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, assert_never
 
 import pydantic
 import pydantic_core
 
 from handrail.adapters._common import plain_json, sendable
+from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters._names import (
     name_from_wire,
     name_to_wire,
@@ -73,6 +75,7 @@ from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
 from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
+from handrail.text import escape_lone_surrogates
 
 __all__ = ["GEMINI_NAME", "ID_PREFIX", "PROVIDER", "GeminiAdapter", "tool_definitions"]
 
@@ -233,7 +236,7 @@ class GeminiAdapter:
                     _response_part(
                         result,
                         wire_names.get(result.call_id) or name_to_wire(result.tool),
-                        result.call_id,
+                        id_to_wire(result.call_id),
                     )
                     for result in turn.results
                 ]
@@ -429,7 +432,11 @@ def _content_text(value: object) -> str:
 def _call_part(call: ToolCall, wire_name: str) -> dict[str, Any]:
     """A `functionCall` part, with the call's id and any thought signature Gemini sent."""
     part: dict[str, Any] = {
-        "functionCall": {"name": wire_name, "args": _arguments_object(call), "id": call.id},
+        "functionCall": {
+            "name": wire_name,
+            "args": _arguments_object(call),
+            "id": id_to_wire(call.id),
+        },
     }
     raw = _gemini_raw(call)
     signature = _get(raw, "thoughtSignature") if raw is not None else None
@@ -475,17 +482,20 @@ def _wire_name(call: ToolCall) -> str:
     """The name the model wrote for a call read from Gemini; else the mapped name."""
     raw = _gemini_raw(call)
     if raw is not None:
-        return str(_get(_get(raw, "functionCall"), "name"))
+        # No request body can hold a lone surrogate: such a name (never a tool's) escaped.
+        return escape_lone_surrogates(str(_get(_get(raw, "functionCall"), "name")))
     return name_to_wire(call.name)
 
 
 def _provider_id(call: ToolCall) -> str | None:
-    """The call's id if its provider made it; None for an id Handrail derived."""
+    """The call's id as written on the wire if its provider made it; None if derived."""
     if call.provider != PROVIDER:
-        return call.id
+        return id_to_wire(call.id)
     raw = _gemini_raw(call)
     sent = _get(_get(raw, "functionCall"), "id") if raw is not None else None
-    return call.id if sent == call.id else None
+    if not isinstance(sent, str) or call.id not in {sent, id_from_wire(sent)}:
+        return None
+    return id_to_wire(call.id)
 
 
 def _assistant_turn(parts: Sequence[Mapping[str, Any]], key: str) -> AssistantTurn:
@@ -504,7 +514,8 @@ def _assistant_turn(parts: Sequence[Mapping[str, Any]], key: str) -> AssistantTu
         else:
             raise UntranslatableError(f"{key} has a part with no neutral form: {sorted(part)}")
     return AssistantTurn(
-        text="".join(texts) if texts else None, calls=tuple(_calls(call_parts, None, key))
+        text="".join(texts) if texts else None,
+        calls=tuple(replace(c, id=id_from_wire(c.id)) for c in _calls(call_parts, None, key)),
     )
 
 
@@ -538,6 +549,8 @@ def _result(function_response: Mapping[str, Any], pending: list[ToolCall]) -> To
     """One `functionResponse` as a result, matched to its call by id, else by name."""
     wire = _string(_get(function_response, "name")) or ""
     call_id = _string(_get(function_response, "id"))
+    if call_id is not None:
+        call_id = id_from_wire(call_id)
     if call_id is None:
         match = next((c for c in pending if _wire_name(c) == wire), None)
         if match is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
 from handrail.adapters import _openai
+from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters._names import name_from_wire, name_to_wire, to_wire_name
 from handrail.adapters._openai import field as read
 from handrail.adapters._openai import listed
@@ -220,7 +221,7 @@ def _call(item: object, defect: str | None, restore: Mapping[str, object]) -> To
 
 
 def _tool_message(result: ToolResult) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+    return {"role": "tool", "tool_call_id": id_to_wire(result.call_id), "content": result.content}
 
 
 def _assistant_message(turn: AssistantTurn) -> dict[str, Any]:
@@ -228,7 +229,7 @@ def _assistant_message(turn: AssistantTurn) -> dict[str, Any]:
     if turn.calls:
         message["tool_calls"] = [
             {
-                "id": call.id,
+                "id": id_to_wire(call.id),
                 "type": "function",
                 "function": {
                     "name": name_to_wire(call.name),
@@ -257,7 +258,7 @@ def _assistant_turn(message: object) -> AssistantTurn:
             raise Untranslatable("tool call arguments that are not JSON text")
         calls.append(
             ToolCall(
-                id=call_id,
+                id=id_from_wire(call_id),
                 name=name_from_wire(name),
                 arguments=arguments,
                 provider=PROVIDER,
@@ -270,7 +271,7 @@ def _assistant_turn(message: object) -> AssistantTurn:
 def _tool_result(message: object, names: Mapping[str, str]) -> ToolResult:
     call_id = read(message, "tool_call_id")
     content = _openai.text_of(read(message, "content"))
-    if not isinstance(call_id, str) or call_id not in names:
+    if not isinstance(call_id, str) or (call_id := id_from_wire(call_id)) not in names:
         raise Untranslatable("a tool message for an id no earlier assistant call had")
     if content is None:
         raise Untranslatable("a tool message without content")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
 from handrail.adapters import _openai
+from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters._names import name_from_wire, name_to_wire, to_wire_name
 from handrail.adapters._openai import field as read
 from handrail.adapters._openai import listed
@@ -177,7 +178,7 @@ class OpenAIResponsesAdapter:
                 items.extend(
                     {
                         "type": "function_call",
-                        "call_id": call.id,
+                        "call_id": id_to_wire(call.id),
                         "name": name_to_wire(call.name),
                         "arguments": _openai.arguments_text(call.arguments),
                     }
@@ -203,7 +204,11 @@ class OpenAIResponsesAdapter:
 
 
 def _output_item(result: ToolResult) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": result.call_id, "output": result.content}
+    return {
+        "type": "function_call_output",
+        "call_id": id_to_wire(result.call_id),
+        "output": result.content,
+    }
 
 
 @dataclass(slots=True)
@@ -268,7 +273,7 @@ class _Reader:
         if not isinstance(arguments, str):
             raise Untranslatable("function_call arguments that are not JSON text")
         return ToolCall(
-            id=call_id,
+            id=id_from_wire(call_id),
             name=name_from_wire(name),
             arguments=arguments,
             provider=PROVIDER,
@@ -278,7 +283,7 @@ class _Reader:
     def result(self, item: object) -> ToolResult:
         call_id = read(item, "call_id")
         output = _openai.text_of(read(item, "output"))
-        if not isinstance(call_id, str) or call_id not in self.names:
+        if not isinstance(call_id, str) or (call_id := id_from_wire(call_id)) not in self.names:
             raise Untranslatable("a function_call_output for an id no earlier call had")
         if output is None:
             raise Untranslatable("a function_call_output without output")

@@ -30,7 +30,11 @@ class Store(Protocol):
         ...
 
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
-        """Write events atomically, in order. Raises StoreError on failure."""
+        """Write events atomically, in order. Raises StoreError on failure.
+
+        Text is kept as `handrail.audit.storable_events` makes it: a NUL or a lone
+        surrogate escaped, text longer than its column clipped.
+        """
         ...
 
     def read_audit(

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from handrail.audit import AuditEvent
+from handrail.audit import AuditEvent, storable_events
 from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
@@ -42,9 +42,13 @@ class MemoryStore:
         """Nothing to migrate."""
 
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
-        """Append events under a lock, so a batch is never interleaved."""
+        """Append events under a lock, so a batch is never interleaved.
+
+        Kept as the SQL stores keep them (`storable_events`), so all stores read alike.
+        """
+        stored = storable_events(events)
         with self._lock:
-            self._audit.extend(events)
+            self._audit.extend(stored)
 
     def read_audit(
         self,

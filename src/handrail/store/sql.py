@@ -18,7 +18,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.dialects import postgresql, sqlite
 
-from handrail.audit import AuditEvent, AuditSubject
+from handrail.audit import AuditEvent, AuditSubject, storable_events
 from handrail.errors import StoreError
 from handrail.execution import (
     TOMBSTONE_ARGUMENTS,
@@ -285,10 +285,10 @@ class SqlStore:
             raise StoreError(f"migration failed: {type(exc).__name__}") from exc
 
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
-        """Insert events in one transaction."""
+        """Insert events in one transaction, as `storable_events` makes them."""
         if not events:
             return
-        rows = [_row(event) for event in events]
+        rows = [_row(event) for event in storable_events(events)]
         try:
             with self._engine.begin() as connection:
                 connection.execute(audit_events.insert(), rows)
