@@ -1,9 +1,11 @@
-"""The bubblewrap command line of a sandboxed run: what the command can see and do.
+"""The bubblewrap command lines: what a sandboxed command, or a confined program, sees.
 
 Owns the mounts (a read-only /usr and the links or binds of /bin and /lib*, a fresh
 /proc, /dev and /tmp, a minimal /etc, the configured read-only paths, the writable
 workspace copy at /workspace), the namespaces (pid, network, ipc, uts, cgroup), the
-clean environment and the drop to an unprivileged user inside. It never runs anything.
+clean environment and the drop to an unprivileged user inside; and, for a trusted
+program such as ripgrep, a confined line that shows it one directory, read-only, and
+its own files, nothing else. It never runs anything.
 """
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["WORKSPACE", "BwrapLayout", "UserSwitch", "bwrap_argv", "etc_files", "probe_argv"]
+__all__ = [
+    "WORKSPACE",
+    "BwrapLayout",
+    "UserSwitch",
+    "bwrap_argv",
+    "confined_argv",
+    "etc_files",
+    "probe_argv",
+]
 
 WORKSPACE = "/workspace"
 """Where the workspace copy is mounted, and the command's working directory."""
@@ -27,7 +37,7 @@ _ETC_BINDS = (
     "/etc/localtime",
 )
 """Host files of /etc the dynamic linker and alternatives need; no names, keys or hosts."""
-_NAMESPACES = (
+_ISOLATION = (
     "--unshare-ipc",
     "--unshare-pid",
     "--unshare-net",
@@ -36,8 +46,8 @@ _NAMESPACES = (
     "--hostname",
     SANDBOX_NAME,
     "--die-with-parent",
-    "--new-session",
 )
+_NAMESPACES = (*_ISOLATION, "--new-session")
 RESERVED = ("/", "/usr", "/proc", "/dev", "/tmp", "/etc", WORKSPACE)  # noqa: S108
 """Mount points a configured read-only path may not replace or go below (but /etc, /tmp)."""
 
@@ -98,6 +108,31 @@ def probe_argv(bwrap: str, switch: UserSwitch | None) -> list[str]:
     return [*args, *_command(switch, ["true"])]
 
 
+def confined_argv(
+    bwrap: str,
+    *,
+    visible: Path,
+    runtime: Sequence[PurePosixPath],
+    drop_capabilities: bool,
+    argv: Sequence[str],
+) -> list[str]:
+    """A trusted program that sees `visible` (read-only, at /workspace) and `runtime` only.
+
+    No /proc, /dev, /tmp, /usr or /etc: the mount namespace holds the directory and the
+    program's own files (`runtime`, each bound read-only at its place), all read-only,
+    so a path that leaves `visible`, by `..` or by any symbolic link, leads nowhere. The
+    namespaces are a sandboxed command's; the program stays in the caller's process
+    group, so killing the group kills it too. `drop_capabilities` (for root) leaves it
+    none.
+    """
+    args = [bwrap, *_ISOLATION, "--clearenv"]
+    if drop_capabilities:
+        args += ["--cap-drop", "ALL"]
+    args += _read_only(runtime, made=frozenset({PurePosixPath("/")}))
+    args += ["--ro-bind", str(visible), WORKSPACE, "--remount-ro", "/", "--chdir", WORKSPACE]
+    return [*args, "--", *argv]
+
+
 def _system() -> list[str]:
     return ["--ro-bind", "/usr", "/usr", *top_level(Path("/")), "--proc", "/proc", "--dev", "/dev"]
 
@@ -115,18 +150,22 @@ def top_level(root: Path) -> list[str]:
     return args
 
 
-def _read_only(paths: Sequence[PurePosixPath]) -> list[str]:
+def _read_only(
+    paths: Sequence[PurePosixPath],
+    *,
+    made: frozenset[PurePosixPath] = frozenset({PurePosixPath("/"), PurePosixPath("/etc")}),
+) -> list[str]:
     # bubblewrap makes missing parents of a mount point with mode 0700, which an
     # unprivileged user cannot pass through; they are made here, readable, first.
     args: list[str] = []
-    made = {PurePosixPath("/"), PurePosixPath("/etc")}
+    done = set(made)
     for path in sorted(paths):
         for parent in reversed(path.parents):
-            if parent not in made:
-                made.add(parent)
+            if parent not in done:
+                done.add(parent)
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", str(path), str(path)]
-        made.add(path)
+        done.add(path)
     return args
 
 
