@@ -621,6 +621,28 @@ def test_the_default_config_finds_ripgrep_on_path(rg: str) -> None:
     assert SearchConfig().rg == rg
 
 
+def test_ripgrep_runs_confined_by_default_and_unconfined_only_by_choice(
+    rg: str,
+    tmp_path: Path,
+) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    workspace = Workspace(tmp_path)
+    assert TextSearch(workspace, SearchConfig(rg=rg)).confined
+    assert not TextSearch(workspace, SearchConfig(rg=rg, confine=False)).confined
+    with pytest.raises(ConfigurationError, match="bubblewrap"):
+        TextSearch(workspace, SearchConfig(rg=rg, bwrap=None))
+
+
+async def test_an_unconfined_search_finds_the_same_as_a_confined_one(make: Make) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    files = {"a.txt": "hit\n", "sub/b.txt": "hit here\n", ".hidden": "hit\n"}
+    confined = await make(files).search("hit")
+    unconfined = await make(confine=False).search("hit")
+    assert _where(confined) == _where(unconfined) == [("a.txt", 1), ("sub/b.txt", 1)]
+
+
 # --- through the gate ----------------------------------------------------------------------------
 
 

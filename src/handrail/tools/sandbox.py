@@ -201,7 +201,7 @@ class Sandbox:
         collect_changes: bool,
     ) -> SandboxResult:
         config = self._config
-        source = await _in_worker(run, self._prepare, run, host)
+        source, copy = await _in_worker(run, self._prepare, run, host)
         limits = config.limits
         overhead = _BWRAP_PROCESSES if host.bwrap else 0
         run.cgroups = RunCgroups.create(
@@ -215,10 +215,8 @@ class Sandbox:
         launch = self._launch(run, host, command)
         budget = Budget(limits.max_output_bytes)
         stdout, stderr = Output(config.output), Output(config.output)
-        copy: int | None = None
         left_out = LeftOut()
-        if host.bwrap is None:
-            copy = run.descriptors[-1]
+        if copy is not None:  # without bubblewrap: the copy is made before the command
             left_out_or_full = await self._copy(run, host, source, copy)
             if left_out_or_full is None:
                 return self._unfit(command, launch, (stdout, stderr), quota=None)
@@ -401,11 +399,11 @@ class Sandbox:
             left_out=left_out or LeftOut(),
         )
 
-    def _prepare(self, run: _Run, host: Host) -> int:
+    def _prepare(self, run: _Run, host: Host) -> tuple[int, int | None]:
         """Open the workspace and write the run's files (in a worker thread).
 
-        Returns the workspace's descriptor; without bubblewrap, the copy's directory is
-        made and its descriptor is the run's last.
+        Returns the workspace's descriptor and, without bubblewrap, that of the empty
+        directory the copy goes to (under bubblewrap it is the sandbox's tmpfs, later).
         """
         config = self._config
         directory = run.directory
@@ -417,15 +415,16 @@ class Sandbox:
             etc.mkdir()
             for name, text in etc_files(uid, gid).items():
                 (etc / name).write_text(text)
-            return source
+            return source, None
         for name in ("home", "tmp", "workspace"):
             (directory / name).mkdir(mode=0o700)
             if host.drop is not None:
                 os.chown(directory / name, *host.drop)
-        run.descriptors.append(os.open(directory / "workspace", os.O_RDONLY | os.O_DIRECTORY))
+        copy = os.open(directory / "workspace", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        run.descriptors.append(copy)
         # The unprivileged user must pass through the run directory to its workspace.
         directory.chmod(0o711)
-        return source
+        return source, copy
 
     def _launch(self, run: _Run, host: Host, command: tuple[str, ...]) -> _Launch:
         config = self._config

@@ -728,8 +728,9 @@ def search_tools(
 
         Fixed-string matching unless regex is true. Files named in ignore files
         (.gitignore, .ignore), hidden files and binary files are skipped unless named
-        in paths. Matches come in path order with line numbers; when truncated is true,
-        call again with the same arguments and skip set to next_skip for more.
+        in paths; what the workspace ignores (such as .git) is never searched. Matches
+        come in path order with line numbers; when truncated is true, call again with
+        the same arguments and skip set to next_skip for more.
         """
         return await searcher.search(
             pattern,
