@@ -8,7 +8,9 @@ Paths per search, interleaved round-robin with their order rotated every round:
     raw       subprocess.run([rg, "--json", "-F", "-e", PATTERN, "."]), all output read
     same_argv subprocess.run(TextSearch.command(PATTERN)): raw rg with Handrail's flags
               (smart case, ignore files without git, ...), all output read
-    tool      await TextSearch.search(PATTERN): the tool function, no gate
+    tool      await TextSearch.search(PATTERN): the tool function, no gate; ripgrep
+              confined by bubblewrap where only the workspace exists (the default)
+    unconfined  the same with SearchConfig(confine=False): what confinement costs
     gate      await gate.handle(call) and envelope.to_json(): the full Handrail path
 
 Reported: the median and minimum wall time per path, and the ratios of the medians to
@@ -47,7 +49,7 @@ FEW = "needle_rare_token"
 MANY = "common_token"
 RARE_EVERY = 4000
 COMMON_EVERY = 50
-PATHS = ("raw", "same_argv", "tool", "gate")
+PATHS = ("raw", "same_argv", "tool", "unconfined", "gate")
 TARGET = 1.15
 
 
@@ -93,6 +95,7 @@ async def measure(args: argparse.Namespace, tree: Path, rg: str) -> list[Case]:
     config = SearchConfig(rg=rg)
     workspace = Workspace(tree)
     searcher = TextSearch(workspace, config)
+    unconfined = TextSearch(workspace, SearchConfig(rg=rg, confine=False))
     registry = Registry()
     for item in search_tools(workspace, config):
         registry.register(item)
@@ -114,9 +117,9 @@ async def measure(args: argparse.Namespace, tree: Path, rg: str) -> list[Case]:
 
         return run
 
-    def tool(pattern: str) -> Callable[[], Awaitable[object]]:
+    def tool(pattern: str, search: TextSearch = searcher) -> Callable[[], Awaitable[object]]:
         async def run() -> object:
-            return await searcher.search(pattern)
+            return await search.search(pattern)
 
         return run
 
@@ -149,6 +152,7 @@ async def measure(args: argparse.Namespace, tree: Path, rg: str) -> list[Case]:
             "raw": raw([rg, "--json", "-F", "-e", case.pattern, "."]),
             "same_argv": raw(searcher.command(case.pattern)),
             "tool": tool(case.pattern),
+            "unconfined": tool(case.pattern, unconfined),
             "gate": through_gate(case.pattern),
         }
         for case in cases
@@ -232,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in results.items():
         print(f"\n{name} (pattern {result['pattern']!r}; {result['check']})")
         print(
-            f"  {'path':9} {'median ms':>10} {'min ms':>8} {'x raw':>7} {'x raw/round':>12}"
+            f"  {'path':10} {'median ms':>10} {'min ms':>8} {'x raw':>7} {'x raw/round':>12}"
             f" {'x same_argv':>12}",
         )
         for path, row in result["paths"].items():
             print(
-                f"  {path:9} {row['median_ms']:>10.2f} {row['min_ms']:>8.2f}"
+                f"  {path:10} {row['median_ms']:>10.2f} {row['min_ms']:>8.2f}"
                 f" {row['ratio_of_medians']:>7.3f} {row['median_round_ratio']:>12.3f}"
                 f" {row['ratio_vs_same_argv']:>12.3f}",
             )

@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -482,3 +483,170 @@ async def test_the_sandbox_cannot_signal_host_processes(
     finally:
         victim.kill()
         await victim.wait()
+
+
+# --- what the workspace copy hands over ---------------------------------------------------
+
+ROOT_SECRET = "root-only-7c2e"  # noqa: S105 - planted content, not a credential
+
+
+@pytest.mark.skipif(not ROOT, reason="a file only root may read needs root to make")
+async def test_a_hard_link_to_a_file_only_root_may_read_is_never_handed_to_the_command(
+    sandbox_for: Attack,
+    mode: str,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shadow = private / "shadow"
+    shadow.write_text(f"{ROOT_SECRET} linked\n")
+    shadow.chmod(0o600)
+    os.link(shadow, workspace / "linked.txt")
+    own = workspace / "own-private.txt"
+    own.write_text(f"{ROOT_SECRET} own\n")
+    own.chmod(0o600)
+    sandbox = await sandbox_for(mode)
+    result = await sandbox.run(["sh", "-c", "cat linked.txt own-private.txt; ls -A"])
+    assert ROOT_SECRET not in result.stdout.text
+    assert result.stdout.text.splitlines() == ["data.txt"]
+    assert result.left_out.hard_links == ("linked.txt",)
+    assert result.left_out.unreadable == ("own-private.txt",)
+    assert not result.left_out.truncated
+
+
+@pytest.mark.skipif(not ROOT, reason="modes only root's files can show are tested as root")
+async def test_the_copy_keeps_or_narrows_modes_and_never_widens_who_may_read(
+    sandbox_for: Attack,
+    mode: str,
+    workspace: Path,
+) -> None:
+    modes = {"public.txt": 0o644, "script.sh": 0o755, "group.txt": 0o640, "setuid": 0o4755}
+    for name, bits in modes.items():
+        (workspace / name).write_text(f"{ROOT_SECRET} {name}\n")
+        (workspace / name).chmod(bits)
+    (workspace / "closed").mkdir(mode=0o700)
+    (workspace / "closed" / "inner.txt").write_text(f"{ROOT_SECRET} inner\n")
+    (workspace / "open").mkdir()
+    (workspace / "open").chmod(0o705)  # others may list it; the group may not
+    sandbox = await sandbox_for(mode)
+    script = "stat -c '%a %u %n' . public.txt script.sh setuid open; cat group.txt closed/*"
+    result = await sandbox.run(["sh", "-c", script])
+    user = NOBODY
+    top = workspace.stat().st_mode & 0o777  # noqa: ASYNC240 - one stat of a test's directory
+    assert result.stdout.text.splitlines() == [
+        f"{top:o} {user} .",
+        f"644 {user} public.txt",
+        f"755 {user} script.sh",
+        f"755 {user} setuid",
+        f"705 {user} open",
+    ]
+    assert result.left_out.unreadable == ("closed", "group.txt")
+    assert result.left_out.hard_links == ()
+
+
+@pytest.mark.parametrize("swap", ["dir", "file.txt"])
+async def test_swapping_workspace_parts_for_links_during_the_copy_never_copies_the_outside(
+    sandbox_for: Attack,
+    mode: str,
+    workspace: Path,
+    tmp_path: Path,
+    swap: str,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("a.txt", "b.txt", "secret.txt"):
+        (outside / name).write_text(f"{ROOT_SECRET} outside\n")
+    if mode == "plain":  # there the command could read a public host file itself
+        for path in outside.iterdir():
+            path.chmod(0o600)
+    (workspace / "dir").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (workspace / "dir" / name).write_text("inside\n")
+    (workspace / "file.txt").write_text("inside\n")
+    link = workspace / f"{swap}.link"
+    link.symlink_to(outside if swap == "dir" else outside / "secret.txt")
+    sandbox = await sandbox_for(mode)
+    stop = threading.Event()
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+
+    def swapping() -> None:
+        parked = f"{swap}.parked"
+        while not stop.is_set():
+            os.rename(swap, parked, src_dir_fd=fd, dst_dir_fd=fd)
+            os.rename(link.name, swap, src_dir_fd=fd, dst_dir_fd=fd)
+            os.rename(swap, link.name, src_dir_fd=fd, dst_dir_fd=fd)
+            os.rename(parked, swap, src_dir_fd=fd, dst_dir_fd=fd)
+
+    swapper = threading.Thread(target=swapping, daemon=True)
+    swapper.start()
+    shown: list[str] = []
+    try:
+        for _ in range(COPY_RACE_RUNS):
+            result = await sandbox.run(["sh", "-c", "cat data.txt dir/* file.txt 2>/dev/null"])
+            shown.append(result.stdout.text)
+    finally:
+        stop.set()
+        swapper.join(timeout=WAIT_S)
+        os.close(fd)
+    assert all(text.startswith("original\n") for text in shown)
+    assert [text for text in shown if ROOT_SECRET in text] == []
+
+
+COPY_RACE_RUNS = 40
+
+
+# --- disk ---------------------------------------------------------------------------------
+
+DISK_FILLER = """
+import sys
+chunk = b"x" * (1 << 16)
+with open(sys.argv[2], "wb") as out:
+    while True:
+        out.write(chunk)
+        out.flush()
+"""
+
+
+@pytest.mark.parametrize("where", ["/workspace/big", "/tmp/big", "big"])  # noqa: S108
+async def test_writing_past_the_disk_quota_is_killed_for_disk(
+    sandbox_for: Attack,
+    marker: str,
+    where: str,
+) -> None:
+    sandbox = await sandbox_for(
+        "bwrap",
+        disk_bytes=8 << 20,
+        tmp_bytes=8 << 20,
+        file_size_bytes=None,
+        timeout_seconds=60,
+    )
+    await _needs(sandbox, Protection.DISK_LIMIT)
+    result = await sandbox.run([*_python(DISK_FILLER, marker), where])
+    assert result.killed_for is KillReason.DISK
+    assert not result.succeeded
+    assert not result.timed_out
+    await _no_survivor(marker)
+
+
+async def test_many_small_files_past_the_disk_quota_are_killed_for_disk(
+    sandbox_for: Attack,
+    marker: str,
+) -> None:
+    sandbox = await sandbox_for("bwrap", disk_bytes=4 << 20, timeout_seconds=60)
+    await _needs(sandbox, Protection.DISK_LIMIT)
+    code = (
+        "import itertools\nfor n in itertools.count():\n    open(f'f{n}', 'w').write('y' * 4000)\n"
+    )
+    result = await sandbox.run(_python(code, marker))
+    assert result.killed_for is KillReason.DISK
+    await _no_survivor(marker)
+
+
+async def test_without_bubblewrap_there_is_no_disk_quota_and_it_says_so(
+    sandbox_for: Attack,
+) -> None:
+    sandbox = await sandbox_for("plain", disk_bytes=8 << 20)
+    result = await sandbox.run(["true"])
+    assert Protection.DISK_LIMIT in result.missing
+    assert Protection.DISK_LIMIT not in result.protections

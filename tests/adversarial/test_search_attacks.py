@@ -230,6 +230,46 @@ async def test_nothing_outside_the_workspace_ever_appears(
     assert envelope.data["refused_files"] == 1  # the hard link, read but never shown
 
 
+@pytest.fixture
+def git_internals(root: Path) -> Path:
+    """A repository's internals holding a canary, and an ignore file whitelisting them."""
+    (root / ".git" / "refs").mkdir(parents=True)
+    (root / ".git" / "config").write_text(f"[remote]\n url = https://{CANARY}@example.com\n")
+    (root / ".git" / "refs" / "HEAD").write_text(f"{CANARY}\n")
+    (root / ".ignore").write_text("!.git\n!.git/**\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"pattern": CANARY},
+        {"pattern": CANARY, "include": ["config", "*"]},
+        {"pattern": CANARY, "include": [".*", "HEAD"], "case": "insensitive"},
+    ],
+)
+async def test_git_internals_are_never_searched_even_when_an_ignore_file_whitelists_them(
+    search: Search,
+    git_internals: Path,
+    arguments: dict[str, Any],
+) -> None:
+    envelope, _ = await search(arguments)
+    assert git_internals.joinpath(".git").is_dir()
+    assert envelope.status in {Status.OK, Status.EMPTY}
+    assert envelope.data["matches"] == []
+
+
+@pytest.mark.parametrize("path", [".git", ".git/config", ".GIT/refs", "./.git/refs/HEAD"])
+async def test_a_path_into_git_internals_is_refused_as_read_file_refuses_it(
+    search: Search,
+    git_internals: Path,
+    path: str,
+) -> None:
+    envelope, _ = await search({"pattern": CANARY, "paths": [path]})
+    assert git_internals.joinpath(".git").is_dir()
+    assert envelope.error_type is ErrorCode.INVALID_ARGUMENTS
+
+
 @pytest.mark.parametrize(
     "glob",
     ["../*", "/etc/*", "**/*", "dir-link/*", "a:b", "!*.txt", "x\x00"],

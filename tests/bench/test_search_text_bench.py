@@ -32,7 +32,7 @@ def test_every_path_is_measured_checked_and_reported(
     assert bench.main([*args, "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     few, many = payload["results"]["few matches"], payload["results"]["many matches"]
-    assert set(few["paths"]) == {"raw", "same_argv", "tool", "gate"}
+    assert set(few["paths"]) == {"raw", "same_argv", "tool", "unconfined", "gate"}
     assert all(len(row["rounds_ms"]) == 1 for row in few["paths"].values())
     assert few["check"]["returned"] == 1
     assert few["check"]["complete"] is True

@@ -22,8 +22,21 @@ from handrail.envelope import Envelope, Status, Trust
 from handrail.errors import ConfigurationError, ErrorCode, ToolFailed
 from handrail.spec import RiskLevel, SideEffect
 from handrail.testing import FixedClock
-from handrail.tools.commands import CommandsConfig, _timeout, _warning, command_tools
-from handrail.tools.sandbox import ISOLATION, Protection, Sandbox, SandboxConfig, SandboxLimits
+from handrail.tools.commands import (
+    CommandsConfig,
+    _left_out,
+    _timeout,
+    _warning,
+    command_tools,
+)
+from handrail.tools.sandbox import (
+    ISOLATION,
+    LeftOut,
+    Protection,
+    Sandbox,
+    SandboxConfig,
+    SandboxLimits,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -238,6 +251,33 @@ async def test_run_command_reports_a_success_with_its_output(project: Path, tmp_
     assert data["stderr"]["total_bytes"] == 0
     assert data["failed_tests"] == []
     assert data["failures"] == []
+    assert "left_out" not in data
+
+
+async def test_the_model_is_told_which_files_the_copy_left_out_and_why(
+    project: Path,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "elsewhere.txt").write_text("another name for this file\n")
+    os.link(tmp_path / "elsewhere.txt", project / "linked.txt")
+    os.mkfifo(project / "pipe")
+    sandbox = _sandbox(project, tmp_path, use_bubblewrap=False)
+    envelope = await _call(_gate(CONFIG, sandbox), "sandbox.run_command", {"name": "hello"})
+    left_out = envelope.data["left_out"]
+    assert left_out["hard_links"] == ["linked.txt"]
+    assert left_out["special"] == ["pipe"]
+    assert "unreadable" not in left_out
+    assert left_out["truncated"] is False
+    assert "hard links" in left_out["note"]
+
+
+def test_a_long_list_of_left_out_files_is_cut_and_says_so() -> None:
+    many = tuple(f"f{n:03d}" for n in range(30))
+    shown = _left_out(LeftOut(unreadable=many))
+    assert shown is not None
+    assert shown["unreadable"] == list(many[:20])
+    assert shown["truncated"] is True
+    assert _left_out(LeftOut()) is None
 
 
 async def test_a_command_past_its_timeout_is_reported_as_timed_out(
@@ -266,7 +306,7 @@ async def test_limits_the_host_cannot_give_are_named_in_the_warning(
     if os.geteuid() == 0:
         assert "unprivileged-user" in data["missing_protections"]
         assert (
-            "Not in force on this host: memory-limit, process-limit, unprivileged-user."
+            "Not in force on this host: disk-limit, memory-limit, process-limit, unprivileged-user."
             in (data["warning"])
         )
 

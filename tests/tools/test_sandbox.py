@@ -22,14 +22,17 @@ from hypothesis import strategies as st
 
 from handrail.errors import ConfigurationError
 from handrail.shaping.excerpt import ExcerptLimits
-from handrail.tools import _sandbox_bwrap, _sandbox_cgroup
+from handrail.tools import _sandbox_bwrap, _sandbox_cgroup, _sandbox_host
 from handrail.tools import sandbox as sandbox_module
 from handrail.tools._sandbox_cgroup import CgroupSite, RunCgroups, find_sites
-from handrail.tools._sandbox_files import copy_workspace, remove_tree, workspace_changes
+from handrail.tools._sandbox_files import copy_tree, remove_tree, workspace_changes
+from handrail.tools._sandbox_host import Host, read_text
+from handrail.tools._sandbox_identity import as_user
 from handrail.tools._sandbox_process import Budget, Output, Pipe, _resolve, ended
 from handrail.tools.sandbox import (
     ISOLATION,
     KillReason,
+    LeftOut,
     Protection,
     Sandbox,
     SandboxConfig,
@@ -37,9 +40,7 @@ from handrail.tools.sandbox import (
     SandboxResult,
     SandboxUnavailableError,
     SandboxUser,
-    _Host,
     _kernel_kill,
-    _read_text,
     _rlimits,
 )
 
@@ -382,10 +383,11 @@ async def test_without_bubblewrap_the_lost_protections_are_listed(make: Make) ->
     sandbox = make(bwrap=False)
     protections = await sandbox.protections()
     assert not ISOLATION & protections
-    assert await sandbox.missing() == ISOLATION
+    lost = ISOLATION | {Protection.DISK_LIMIT}  # the quota is bubblewrap's tmpfs
+    assert await sandbox.missing() == lost
     assert sandbox.problem == "bubblewrap is turned off in the configuration"
     result = await sandbox.run(["true"])
-    assert result.missing == ISOLATION
+    assert result.missing == lost
     assert not result.isolated
     assert result.succeeded
 
@@ -485,6 +487,7 @@ async def test_turned_off_limits_are_neither_in_force_nor_missing(make: Make) ->
         file_size_bytes=None,
         open_files=None,
         max_output_bytes=None,
+        disk_bytes=None,
     )
     sandbox = make(bwrap=False, limits=limits)
     result = await sandbox.run(["sh", "-c", "ulimit -t; ulimit -v; ulimit -f"])
@@ -615,11 +618,12 @@ def test_the_sandbox_exposes_its_configuration(make: Make, workspace: Path) -> N
 def test_the_bubblewrap_command_line_binds_only_what_it_needs(tmp_path: Path) -> None:
     layout = _sandbox_bwrap.BwrapLayout(
         bwrap="/usr/bin/bwrap",
-        workspace_copy=tmp_path / "ws",
         etc_dir=tmp_path / "etc",
         read_only=[PurePosixPath("/opt/py/venv"), PurePosixPath("/opt/py/base")],
         env={"PATH": "/usr/bin"},
         tmp_bytes=1024,
+        disk_bytes=4096,
+        hold=_sandbox_bwrap.HoldFds(info=5, block=6),
         switch=_sandbox_bwrap.UserSwitch(setpriv="/usr/bin/setpriv", uid=7, gid=8),
     )
     argv = _sandbox_bwrap.bwrap_argv(layout, ["--not-a-flag", "x"])
@@ -627,8 +631,15 @@ def test_the_bubblewrap_command_line_binds_only_what_it_needs(tmp_path: Path) ->
     for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"):
         assert flag in argv
     assert argv.index("--clearenv") < argv.index("--setenv")
-    binds = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--bind"]
-    assert binds == [(str(tmp_path / "ws"), "/workspace")]  # the one writable mount
+    assert "--bind" not in argv  # nothing of the host is writable
+    mounts = [argv[i - 2 : i + 2] for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert mounts == [
+        ["--size", "1024", "--tmpfs", "/tmp"],  # noqa: S108 - inside the sandbox
+        ["--size", "4096", "--tmpfs", "/workspace"],
+    ]
+    assert argv[argv.index("--info-fd") + 1] == "5"
+    assert argv[argv.index("--block-fd") + 1] == "6"
+    assert argv.index("--tmpfs") < argv.index("--ro-bind", argv.index("--dir"))
     made = [argv[i + 1] for i, a in enumerate(argv) if a == "--dir"]
     assert made == ["/etc", "/opt", "/opt/py"]  # parents once, before their binds
     tail = argv[argv.index("--cap-add") :]
@@ -645,6 +656,14 @@ def test_without_a_user_switch_the_command_follows_the_separator() -> None:
     argv = _sandbox_bwrap.probe_argv("/usr/bin/bwrap", None)
     assert argv[-2:] == ["--", "true"]
     assert "--cap-add" not in argv
+    assert "--info-fd" not in argv
+
+
+def test_a_workspace_without_a_quota_is_a_tmpfs_of_the_kernels_default_size() -> None:
+    hold = _sandbox_bwrap.HoldFds(info=5, block=6)
+    assert _sandbox_bwrap._workspace(None, hold) == [
+        "--perms", "0700", "--tmpfs", "/workspace", "--info-fd", "5", "--block-fd", "6",
+    ]  # fmt: skip
 
 
 def test_rlimits_never_rise_above_the_hosts_hard_limits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -683,16 +702,17 @@ def test_the_output_budget_keeps_exactly_the_first_cap_bytes(sizes: list[int], c
 
 
 def test_a_kill_by_the_kernel_is_named_from_the_signal() -> None:
-    host = _Host(
+    host = Host(
         bwrap="/usr/bin/bwrap", problem=None, switch=None, drop=None, unprivileged=True, sites={}
     )
-    plain = _Host(bwrap=None, problem="off", switch=None, drop=None, unprivileged=True, sites={})
+    plain = Host(bwrap=None, problem="off", switch=None, drop=None, unprivileged=True, sites={})
     xcpu = int(signal.SIGXCPU)
     assert _kernel_kill(None, host, 128 + xcpu, None) is KillReason.CPU
     assert _kernel_kill(None, plain, 128 + xcpu, None) is None
     assert _kernel_kill(None, plain, None, xcpu) is KillReason.CPU
     assert _kernel_kill(None, host, 1, None) is None
     assert _kernel_kill(None, host, None, int(signal.SIGKILL)) is None
+    assert _kernel_kill(None, host, 1, None, full=True) is KillReason.DISK
 
 
 # --- control groups ----------------------------------------------------------------------
@@ -829,13 +849,30 @@ async def test_real_groups_hold_the_run_and_are_removed_after_it(make: Make) -> 
 # --- files -------------------------------------------------------------------------------
 
 
-def test_a_copy_is_owned_by_the_given_user(tmp_path: Path, workspace: Path) -> None:
+def _fd(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+async def test_a_copy_made_as_the_sandbox_user_is_owned_by_it(
+    tmp_path: Path,
+    workspace: Path,
+) -> None:
     if not ROOT:
-        pytest.skip("only root can give files away")
+        pytest.skip("only root can act as another user")
     target = tmp_path / "copy"
-    copy_workspace(workspace, target, owner=(65534, 65534))
+    target.mkdir()
+    os.chown(target, 65534, 65534)
+    source, made = _fd(workspace), _fd(target)
+    try:
+        left_out = await as_user((65534, 65534), copy_tree, source, made)
+    finally:
+        os.close(source)
+        os.close(made)
+    assert left_out == LeftOut()
     owners = {p.lstat().st_uid for p in [target, *target.rglob("*")]}
     assert owners == {65534}
+    assert os.geteuid() == 0  # the process itself never changed
+    assert (target / "sub" / "b.txt").read_text() == "beta\n"
 
 
 def test_changes_see_content_kind_and_link_target(tmp_path: Path) -> None:
@@ -857,10 +894,15 @@ def test_changes_see_content_kind_and_link_target(tmp_path: Path) -> None:
     (right / "samelink").symlink_to("a")
     (right / "ignored" / "new").write_text("n")
     (right / "ignored.log").write_text("n")
-    changes = workspace_changes(left, right, ignore=("ignored", "*.log"))
+    fds = _fd(left), _fd(right)
+    try:
+        changes = workspace_changes(*fds, ignore=("ignored", "*.log"))
+        many = workspace_changes(*fds, limit=1)
+    finally:
+        for fd in fds:
+            os.close(fd)
     assert changes.modified == ("content", "kind", "link", "size")
     assert changes.added == changes.deleted == ()
-    many = workspace_changes(left, right, limit=1)
     assert many.truncated
     assert len(many.modified) == 1
 
@@ -911,9 +953,12 @@ async def test_a_bubblewrap_that_breaks_after_its_probe_fails_the_run_loudly(
     make: Make,
     tmp_path: Path,
 ) -> None:
-    fake = tmp_path / "fake-bwrap"
-    fake.write_text("#!/bin/sh\nexit 0\n")
-    fake.chmod(0o755)
+    real = shutil.which("bwrap")
+    if real is None:
+        _unavailable("bubblewrap (bwrap) is not installed")
+        return
+    fake = tmp_path / "copied-bwrap"
+    shutil.copy(real, fake)
     sandbox = make(bwrap_path=fake)
     assert Protection.NAMESPACES in await sandbox.protections()  # the probe passed
     fake.chmod(0o644)
@@ -927,7 +972,7 @@ async def test_a_probe_that_hangs_is_killed_and_reported(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "_PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(_sandbox_host, "_PROBE_TIMEOUT_S", 0.2)
     fake = tmp_path / "slow-bwrap"
     fake.write_text("#!/bin/sh\nexec sleep 600\n")
     fake.chmod(0o755)
@@ -1009,7 +1054,7 @@ def test_resolving_a_future_twice_keeps_the_first_result() -> None:
 
 
 def test_an_unreadable_proc_file_reads_as_empty(tmp_path: Path) -> None:
-    assert _read_text(str(tmp_path / "missing")) == ""
+    assert read_text(str(tmp_path / "missing")) == ""
 
 
 def test_top_level_directories_are_linked_or_bound_as_the_host_has_them(tmp_path: Path) -> None:

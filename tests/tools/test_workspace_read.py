@@ -135,24 +135,11 @@ def test_the_config_and_the_workspace_must_name_the_same_root(tmp_path: Path) ->
         {"max_results": 0},
         {"max_read_chars": 0},
         {"timeout": 0},
-        {"ignore": ("a/b",)},
-        {"ignore": ("**",)},
-        {"ignore": ("",)},
-        {"ignore": ("x{a,b}",)},
     ],
 )
 def test_a_bad_config_is_refused(root: Path, options: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         WorkspaceConfig(root=root, **options)
-
-
-def test_ignore_patterns_match_one_name_case_insensitively(root: Path) -> None:
-    config = WorkspaceConfig(root=root, ignore=(".git", "*.PYC", "node_modules"))
-    assert config.ignores(".GIT")
-    assert config.ignores("mod.pyc")
-    assert config.ignores("node_modules")
-    assert not config.ignores(".github")
-    assert not config.ignores("node_modules2")
 
 
 # --- globs ----------------------------------------------------------------------------------

@@ -485,6 +485,8 @@ async def test_a_search_out_of_time_is_killed_and_says_so(make: Make) -> None:
 def _sleeper(tmp_path: Path, *, timeout: float) -> tuple[TextSearch, Path]:
     """A fake ripgrep that starts a second process in its group, tells its pid, and hangs.
 
+    A shell script cannot run confined (no shell there), so it runs unconfined.
+
     The pid is written to a FIFO, so reading it waits for exactly that moment.
     """
     if SLEEP is None:  # pragma: no cover - coreutils are everywhere the tests run
@@ -496,7 +498,8 @@ def _sleeper(tmp_path: Path, *, timeout: float) -> tuple[TextSearch, Path]:
     fake.chmod(0o755)
     root = tmp_path / "ws"
     root.mkdir()
-    return TextSearch(Workspace(root), SearchConfig(rg=str(fake), timeout=timeout)), pid_fifo
+    config = SearchConfig(rg=str(fake), timeout=timeout, confine=False)
+    return TextSearch(Workspace(root), config), pid_fifo
 
 
 async def _pid(fifo: Path) -> int:
@@ -532,9 +535,9 @@ async def test_a_failing_search_program_is_a_failure_not_a_result(tmp_path: Path
     root = tmp_path / "ws"
     root.mkdir()
     with pytest.raises(ToolFailed, match="search failed"):
-        await TextSearch(Workspace(root), SearchConfig(rg=str(fake))).search("hit")
+        await TextSearch(Workspace(root), SearchConfig(rg=str(fake), confine=False)).search("hit")
     with pytest.raises(ToolFailed, match="could not be started"):
-        await TextSearch(Workspace(root), SearchConfig(rg=str(broken))).search("hit")
+        await TextSearch(Workspace(root), SearchConfig(rg=str(broken), confine=False)).search("hit")
 
 
 def _children_named(name: str) -> list[int]:
@@ -616,6 +619,28 @@ def test_a_missing_or_relative_ripgrep_is_a_configuration_error(tmp_path: Path) 
 
 def test_the_default_config_finds_ripgrep_on_path(rg: str) -> None:
     assert SearchConfig().rg == rg
+
+
+def test_ripgrep_runs_confined_by_default_and_unconfined_only_by_choice(
+    rg: str,
+    tmp_path: Path,
+) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    workspace = Workspace(tmp_path)
+    assert TextSearch(workspace, SearchConfig(rg=rg)).confined
+    assert not TextSearch(workspace, SearchConfig(rg=rg, confine=False)).confined
+    with pytest.raises(ConfigurationError, match="bubblewrap"):
+        TextSearch(workspace, SearchConfig(rg=rg, bwrap=None))
+
+
+async def test_an_unconfined_search_finds_the_same_as_a_confined_one(make: Make) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    files = {"a.txt": "hit\n", "sub/b.txt": "hit here\n", ".hidden": "hit\n"}
+    confined = await make(files).search("hit")
+    unconfined = await make(confine=False).search("hit")
+    assert _where(confined) == _where(unconfined) == [("a.txt", 1), ("sub/b.txt", 1)]
 
 
 # --- through the gate ----------------------------------------------------------------------------
@@ -912,6 +937,7 @@ _FIXED_FLAGS = frozenset(
         "--sort=path",
         "--type=handrailinclude",
         "--type-not=handrailexclude",
+        "--iglob=!.git",  # the workspace's ignore policy, from configuration
     },
 )
 _PATTERN = st.text(min_size=1, max_size=30).filter(lambda p: not set(p) & {"\x00", "\n", "\r"})

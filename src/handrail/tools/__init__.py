@@ -23,6 +23,7 @@ from handrail.tools.http import (
 from handrail.tools.sandbox import (
     ISOLATION,
     KillReason,
+    LeftOut,
     Protection,
     Sandbox,
     SandboxConfig,
@@ -59,6 +60,7 @@ __all__ = [
     "FileChange",
     "HttpConfig",
     "KillReason",
+    "LeftOut",
     "OtherContent",
     "PatchTarget",
     "Protection",

@@ -25,12 +25,14 @@ __all__ = ["Budget", "Child", "Ending", "Output", "Rlimit", "child_setup", "ende
 
 Rlimit = tuple[int, tuple[int, int]]
 """(resource.RLIMIT_*, (soft, hard))."""
-Ending = Literal["exited", "timeout", "output"]
+Ending = Literal["exited", "timeout", "output", "disk"]
 
 _CHUNK_BYTES = 1 << 16
 _REAP_TIMEOUT_S = 10.0
 _DRAIN_TIMEOUT_S = 2.0
 _POLL_S = 0.02
+_FULL_POLL_S = 0.05
+"""How often a run's writable space is looked at: the kernel bounds it, this only reports."""
 
 
 def child_setup(
@@ -168,8 +170,12 @@ class Child:
         setup: Callable[[], None],
         outputs: tuple[Output, Output],
         budget: Budget,
+        pass_fds: Sequence[int] = (),
     ) -> Child:
-        """Fork and exec `argv` in a session of its own; OSError if it cannot be executed."""
+        """Fork and exec `argv` in a session of its own; OSError if it cannot be executed.
+
+        `pass_fds` stay open in the child (bubblewrap's info and block descriptors).
+        """
         out_read, out_write = os.pipe2(os.O_CLOEXEC)
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         loop = asyncio.get_running_loop()
@@ -184,6 +190,7 @@ class Child:
                 start_new_session=True,
                 preexec_fn=setup,  # noqa: PLW1509 - joins control groups before exec
                 umask=0o022,
+                pass_fds=tuple(pass_fds),
             )
         except BaseException:
             os.close(out_read)
@@ -196,23 +203,32 @@ class Child:
         pipes = (Pipe(loop, out_read, stdout, budget), Pipe(loop, err_read, stderr, budget))
         return cls(process, pipes)
 
-    async def supervise(self, budget: Budget, limit: float) -> Ending:
-        """Wait for the end of the command, the timeout or the output cap: which came first."""
+    async def supervise(
+        self,
+        budget: Budget,
+        limit: float,
+        *,
+        full: Callable[[], bool] | None = None,
+    ) -> Ending:
+        """Wait for the end of the command, the timeout, the output cap or a full disk.
+
+        Whichever came first. `full` tells whether the run's writable space is full.
+        """
         exited = asyncio.ensure_future(ended(self.process))
         capped = asyncio.ensure_future(budget.exceeded.wait())
+        filled = asyncio.ensure_future(_until_full(full))
+        waits = {exited, capped, filled}
         try:
-            done, _ = await asyncio.wait(
-                {exited, capped},
-                timeout=limit,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            done, _ = await asyncio.wait(waits, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            exited.cancel()
-            capped.cancel()
-            await settle([exited, capped])
+            for wait in waits:
+                wait.cancel()
+            await settle(list(waits))
         if exited in done:
             return "exited"
-        return "output" if capped in done else "timeout"
+        if capped in done:
+            return "output"
+        return "disk" if filled in done else "timeout"
 
     def kill_group(self) -> None:
         """SIGKILL the command's process group, unless the command was reaped already."""
@@ -255,6 +271,15 @@ async def ended(process: subprocess.Popen[bytes]) -> None:
     finally:
         loop.remove_reader(fd)
         os.close(fd)
+
+
+async def _until_full(full: Callable[[], bool] | None) -> None:
+    """Return once `full()` holds; never without one."""
+    if full is None:
+        await asyncio.Event().wait()
+        return
+    while not full():  # noqa: ASYNC110 - the kernel has no event for a full filesystem
+        await asyncio.sleep(_FULL_POLL_S)
 
 
 async def settle(futures: Sequence[asyncio.Future[Any]]) -> None:

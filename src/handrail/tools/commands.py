@@ -2,8 +2,9 @@
 
 Owns the mapping from a name the model picks (an enum in the tool's schema) to a fixed
 argument vector from configuration, and the result the model reads: exit code,
-duration, excerpts of stdout and stderr, failing tests and failure lines, and the
-protections that were in force. The model never supplies an argument, path or flag.
+duration, excerpts of stdout and stderr, failing tests and failure lines, the
+protections that were in force and the files the workspace copy left out. The model
+never supplies an argument, path or flag.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from handrail.shaping.policy import ResultPolicy
 from handrail.spec import RiskLevel, SideEffect
 from handrail.tools.sandbox import (
     ISOLATION,
+    LeftOut,
     Protection,
     Sandbox,
     SandboxResult,
@@ -35,6 +37,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _MAX_ARGS = 256
 _CLEANUP_MARGIN_S = 30.0
 """Time the tool allows beyond the command's own timeout: the copy and the cleanup."""
+_LEFT_OUT_SHOWN = 20
+"""Paths of each kind of left-out file the model is shown."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,10 +202,33 @@ def _report(name: str, result: SandboxResult) -> dict[str, object]:
         "protections": sorted(result.protections),
         "missing_protections": sorted(result.missing),
     }
+    left_out = _left_out(result.left_out)
+    if left_out:
+        report["left_out"] = left_out
     warning = _warning(result.missing)
     if warning:
         report["warning"] = warning
     return report
+
+
+def _left_out(left: LeftOut) -> dict[str, object] | None:
+    """What the workspace copy left out, for the model: why a file may seem missing."""
+    if not left.paths:
+        return None
+    kinds = {
+        "hard_links": left.hard_links,
+        "unreadable": left.unreadable,
+        "special": left.special,
+    }
+    shown: dict[str, object] = {
+        kind: list(paths[:_LEFT_OUT_SHOWN]) for kind, paths in kinds.items() if paths
+    }
+    shown["truncated"] = left.truncated or any(len(p) > _LEFT_OUT_SHOWN for p in kinds.values())
+    shown["note"] = (
+        "These workspace files were not copied into the sandbox: files with several hard "
+        "links, files the sandbox user may not read, and sockets, pipes or devices."
+    )
+    return shown
 
 
 def _stream(excerpt: Excerpt, total_bytes: int) -> dict[str, object]:

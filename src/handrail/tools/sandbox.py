@@ -2,55 +2,65 @@
 
 Owns running a command under bubblewrap where the host allows it (no network, a
 read-only system, none of the host's files, its own pid namespace, a clean environment,
-an unprivileged user), with rlimits, per-run control groups, a wall timeout that kills
-the whole process tree and output read within a byte budget; and saying which of these
-protections were in force. It never runs a shell string and never writes to the
-original workspace.
+an unprivileged user, a size-limited /workspace and /tmp), with rlimits, per-run control
+groups, a wall timeout that kills the whole process tree and output read within a byte
+budget; the workspace copy made as the sandbox user; and saying which of these
+protections were in force and what the copy left out. It never runs a shell string and
+never writes to the original workspace.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import resource
-import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ConfigurationError
-from handrail.shaping.excerpt import Excerpt, ExcerptLimits
 from handrail.tools._sandbox_bwrap import (
-    RESERVED,
     SANDBOX_HOME,
     SANDBOX_NAME,
     BwrapLayout,
-    UserSwitch,
+    HoldFds,
     bwrap_argv,
     etc_files,
-    probe_argv,
 )
-from handrail.tools._sandbox_cgroup import MEMORY, PIDS, CgroupSite, RunCgroups, find_sites
+from handrail.tools._sandbox_cgroup import MEMORY, PIDS, RunCgroups
 from handrail.tools._sandbox_files import (
+    CopyFull,
+    LeftOut,
     WorkspaceChanges,
-    copy_workspace,
+    copy_tree,
     remove_tree,
     workspace_changes,
 )
+from handrail.tools._sandbox_host import Host, discover, find_space
+from handrail.tools._sandbox_identity import as_user
 from handrail.tools._sandbox_process import Budget, Child, Output, Rlimit, child_setup, settle
+from handrail.tools._sandbox_space import Hold, Space, SpaceUnavailableError
+from handrail.tools._sandbox_types import (
+    ISOLATION,
+    KillReason,
+    Protection,
+    SandboxConfig,
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailableError,
+    SandboxUser,
+)
 
 __all__ = [
     "ISOLATION",
     "KillReason",
+    "LeftOut",
     "Protection",
     "Sandbox",
     "SandboxConfig",
@@ -65,233 +75,18 @@ _log = logging.getLogger("handrail.tools.sandbox")
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-_PROBE_TIMEOUT_S = 15.0
 _BWRAP_PROCESSES = 2
 """bubblewrap's own processes in the pids group: itself and the pid namespace's init."""
-_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-class Protection(StrEnum):
-    """One protection a run had; a run's `protections` lists those in force."""
-
-    NAMESPACES = "namespaces"
-    """Own pid, ipc, uts and cgroup namespaces: the command sees only its own processes."""
-    NO_NETWORK = "no-network"
-    """An empty network namespace: no host, local or outside address is reachable."""
-    READ_ONLY_SYSTEM = "read-only-system"
-    HIDDEN_HOST_FILES = "hidden-host-files"
-    """Only /usr, a minimal /etc, the configured read-only paths and the workspace copy
-    are visible: not the host's home directories, /tmp, /var or credentials."""
-    NO_NEW_PRIVILEGES = "no-new-privileges"
-    """setuid programs and file capabilities grant nothing."""
-    WORKSPACE_COPY = "workspace-copy"
-    CLEAN_ENVIRONMENT = "clean-environment"
-    UNPRIVILEGED_USER = "unprivileged-user"
-    WALL_TIMEOUT = "wall-timeout"
-    """The whole process tree is killed at the timeout."""
-    CPU_LIMIT = "cpu-limit"
-    ADDRESS_SPACE_LIMIT = "address-space-limit"
-    MEMORY_LIMIT = "memory-limit"
-    """A memory control group bounds the whole tree."""
-    PROCESS_LIMIT = "process-limit"
-    """A pids control group, or the process limit of a user of its own, bounds the tree."""
-    FILE_SIZE_LIMIT = "file-size-limit"
-    OPEN_FILES_LIMIT = "open-files-limit"
-    OUTPUT_LIMIT = "output-limit"
-    """More output than the hard cap kills the command."""
-
-
-ISOLATION = frozenset(
-    {
-        Protection.NAMESPACES,
-        Protection.NO_NETWORK,
-        Protection.READ_ONLY_SYSTEM,
-        Protection.HIDDEN_HOST_FILES,
-        Protection.NO_NEW_PRIVILEGES,
-    },
-)
-"""What bubblewrap adds; all of it is lost where bubblewrap is missing or cannot run."""
-
-
-class KillReason(StrEnum):
-    """Why a command did not end by itself."""
-
-    TIMEOUT = "timeout"
-    OUTPUT = "output"
-    MEMORY = "memory"
-    """The memory control group's limit made the kernel kill a process of the tree."""
-    CPU = "cpu"
-    """The CPU time limit (SIGXCPU)."""
 
 
 _ENDINGS: Mapping[str, KillReason | None] = MappingProxyType(
-    {"exited": None, "timeout": KillReason.TIMEOUT, "output": KillReason.OUTPUT},
+    {
+        "exited": None,
+        "timeout": KillReason.TIMEOUT,
+        "output": KillReason.OUTPUT,
+        "disk": KillReason.DISK,
+    },
 )
-
-
-class SandboxUnavailableError(ConfigurationError):
-    """Isolation is required by the configuration but this host cannot provide it."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SandboxLimits:
-    """Bounds of one run. None turns a bound off (and it is then not listed as in force)."""
-
-    timeout_seconds: float = 60.0
-    """Wall time, after which the whole process tree is killed."""
-    cpu_seconds: int | None = 60
-    """RLIMIT_CPU of each process: SIGXCPU at the limit, SIGKILL a second later."""
-    memory_bytes: int | None = 1 << 30
-    """Memory of the whole tree, by a memory control group where one can be made."""
-    address_space_bytes: int | None = 4 << 30
-    """RLIMIT_AS of each process; None for runtimes that reserve huge address ranges."""
-    max_processes: int | None = 128
-    """Processes and threads of the tree: a pids control group, or RLIMIT_NPROC of the
-    unprivileged user (which counts all of that user's processes on the host)."""
-    file_size_bytes: int | None = 256 << 20
-    open_files: int | None = 1024
-    tmp_bytes: int = 256 << 20
-    """Size of the sandbox's own /tmp (a tmpfs, under bubblewrap)."""
-    max_output_bytes: int | None = 16 << 20
-    """Hard cap on stdout and stderr together; more kills the command."""
-
-    def __post_init__(self) -> None:
-        if not self.timeout_seconds > 0:
-            raise ConfigurationError("SandboxLimits.timeout_seconds must be positive")
-        optional = {
-            "cpu_seconds": self.cpu_seconds,
-            "memory_bytes": self.memory_bytes,
-            "address_space_bytes": self.address_space_bytes,
-            "max_processes": self.max_processes,
-            "file_size_bytes": self.file_size_bytes,
-            "open_files": self.open_files,
-            "max_output_bytes": self.max_output_bytes,
-        }
-        for name, value in {**optional, "tmp_bytes": self.tmp_bytes}.items():
-            if value is not None and value < 1:
-                raise ConfigurationError(f"SandboxLimits.{name} must be positive")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SandboxUser:
-    """The unprivileged user a root process runs commands as (default: nobody)."""
-
-    uid: int = 65534
-    gid: int = 65534
-
-    def __post_init__(self) -> None:
-        if self.uid < 1 or self.gid < 1:
-            raise ConfigurationError("the sandbox user and group must not be root")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SandboxConfig:
-    """Where commands run and how they are bounded."""
-
-    workspace: Path
-    """The directory whose copy the command gets; the original is never written."""
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
-    output: ExcerptLimits = field(default_factory=lambda: ExcerptLimits(max_chars=4_000))
-    """How much of each of stdout and stderr the result shows (both fit a default
-    result budget of 16,000 characters with the other fields)."""
-    user: SandboxUser | None = field(default_factory=SandboxUser)
-    """Run as this user when the host process is root; None keeps root (then reported
-    missing as `unprivileged-user`; RLIMIT_NPROC does not bind root)."""
-    use_bubblewrap: bool = True
-    bwrap_path: Path | None = None
-    """None looks `bwrap` up on PATH."""
-    require_isolation: bool = False
-    """Refuse to run (SandboxUnavailableError) rather than run without bubblewrap."""
-    read_only_paths: tuple[Path, ...] = ()
-    """Host paths the command may read, at the same place (a toolchain, a virtualenv)."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Fixed variables added to the clean environment (PATH, HOME, LANG, ...)."""
-    path: str = _DEFAULT_PATH
-    copy_ignore: tuple[str, ...] = ()
-    """Names (shell patterns) not copied into the workspace copy, such as ".venv"."""
-    scratch_dir: Path | None = None
-    """Where run directories are made; None is the system's temporary directory."""
-    cgroups: bool = True
-    cgroup_parent: Path | None = None
-    """A delegated cgroup v2 directory with pids/memory enabled in its subtree_control."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
-        object.__setattr__(self, "read_only_paths", tuple(self.read_only_paths))
-        object.__setattr__(self, "copy_ignore", tuple(self.copy_ignore))
-        if not self.workspace.is_absolute():
-            raise ConfigurationError("SandboxConfig.workspace must be an absolute path")
-        for name, value in self.env.items():
-            if not name or set(name) - _NAME_CHARS or name[0].isdigit():
-                raise ConfigurationError(f"environment variable name {name!r} is not valid")
-            if "\0" in value:
-                raise ConfigurationError(f"environment variable {name} holds a NUL")
-        for path in self.read_only_paths:
-            _check_read_only(path)
-        if "\0" in self.path:
-            raise ConfigurationError("SandboxConfig.path holds a NUL")
-
-
-def _check_read_only(path: Path) -> None:
-    text = path.as_posix()
-    if not path.is_absolute() or "\0" in text or ".." in path.parts:
-        raise ConfigurationError(f"read-only path {text!r} must be absolute and normal")
-    for reserved in RESERVED:
-        if text == reserved or (
-            reserved not in {"/", "/etc", "/tmp"} and text.startswith(f"{reserved}/")  # noqa: S108
-        ):
-            raise ConfigurationError(f"read-only path {text!r} would replace {reserved}")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SandboxResult:
-    """How a command ended, what it printed (bounded), and which protections held."""
-
-    argv: tuple[str, ...]
-    exit_code: int | None
-    """None when the command was killed by a signal (then `signal` says which). Under
-    bubblewrap a signal shows as 128 + its number, as a shell reports it."""
-    signal: int | None
-    timed_out: bool
-    killed_for: KillReason | None
-    duration: float
-    """Seconds from start to the end of the command."""
-    stdout: Excerpt
-    stderr: Excerpt
-    stdout_bytes: int
-    stderr_bytes: int
-    protections: frozenset[Protection]
-    missing: frozenset[Protection]
-    """Protections not in force: isolation or the unprivileged user (whether the host
-    lacks them or the configuration turned them off), or a configured limit the host
-    could not apply. A limit configured as None is not listed."""
-    changes: WorkspaceChanges | None = None
-    """What the command changed in its workspace copy, when asked for."""
-
-    @property
-    def isolated(self) -> bool:
-        """Whether the command ran under bubblewrap."""
-        return Protection.NAMESPACES in self.protections
-
-    @property
-    def succeeded(self) -> bool:
-        """Exit code 0 and not killed."""
-        return self.exit_code == 0 and self.killed_for is None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Host:
-    """What this host allows, found once per Sandbox."""
-
-    bwrap: str | None
-    problem: str | None
-    """Why bubblewrap is not used, for operators (never shown to a model)."""
-    switch: UserSwitch | None
-    drop: tuple[int, int] | None
-    """The (uid, gid) commands run as, when it differs from this process's."""
-    unprivileged: bool
-    sites: Mapping[str, CgroupSite]
 
 
 @dataclass(slots=True)
@@ -303,6 +98,20 @@ class _Run:
     """Worker threads that must end before the directory is removed."""
     child: Child | None = None
     cgroups: RunCgroups | None = None
+    hold: Hold | None = None
+    space: Space | None = None
+    """The sandbox's /workspace and /tmp, held from the host (under bubblewrap)."""
+    descriptors: list[int] = field(default_factory=list)
+    """The original workspace and, without bubblewrap, the copy: closed at cleanup."""
+
+    def close(self) -> None:
+        """Close every descriptor the run holds."""
+        if self.hold is not None:
+            self.hold.close()
+        if self.space is not None:
+            self.space.close()
+        while self.descriptors:
+            os.close(self.descriptors.pop())
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +134,7 @@ class Sandbox:
             raise ConfigurationError("SandboxConfig.workspace must be an existing directory")
         self._config = config
         self._clock = clock or SystemClock()
-        self._host_facts: _Host | None = None
+        self._host_facts: Host | None = None
         self._lock = asyncio.Lock()
         self._disposals: set[asyncio.Future[None]] = set()
 
@@ -385,14 +194,14 @@ class Sandbox:
     async def _run(
         self,
         run: _Run,
-        host: _Host,
+        host: Host,
         command: tuple[str, ...],
         limit: float,
         *,
         collect_changes: bool,
     ) -> SandboxResult:
         config = self._config
-        await _in_worker(run, self._prepare, run.directory, host)
+        source, copy = await _in_worker(run, self._prepare, run, host)
         limits = config.limits
         overhead = _BWRAP_PROCESSES if host.bwrap else 0
         run.cgroups = RunCgroups.create(
@@ -401,9 +210,17 @@ class Sandbox:
             max_pids=None if limits.max_processes is None else limits.max_processes + overhead,
             memory_bytes=limits.memory_bytes,
         )
+        if host.bwrap is not None:
+            run.hold = Hold.make()
         launch = self._launch(run, host, command)
         budget = Budget(limits.max_output_bytes)
         stdout, stderr = Output(config.output), Output(config.output)
+        left_out = LeftOut()
+        if copy is not None:  # without bubblewrap: the copy is made before the command
+            left_out_or_full = await self._copy(run, host, source, copy)
+            if left_out_or_full is None:
+                return self._unfit(command, launch, (stdout, stderr), quota=None)
+            left_out = left_out_or_full
         started = self._clock.monotonic()
         try:
             run.child = child = Child.start(
@@ -413,6 +230,7 @@ class Sandbox:
                 setup=launch.setup,
                 outputs=(stdout, stderr),
                 budget=budget,
+                pass_fds=run.hold.child_fds if run.hold else (),
             )
         except OSError as exc:
             if host.bwrap is not None:  # bubblewrap itself, not the command, failed to start
@@ -428,9 +246,19 @@ class Sandbox:
                 killed_for=None,
                 duration=self._clock.monotonic() - started,
                 outputs=(stdout, stderr),
-                changes=None,
+                left_out=left_out,
             )
-        ending = await child.supervise(budget, limit)
+        if run.hold is not None:
+            copied = await self._fill(run, host, source)
+            if copied is None:
+                _stop(run)
+                await child.reap()
+                await child.drain()
+                return self._unfit(command, launch, (stdout, stderr), quota=limits.disk_bytes)
+            left_out, copy = copied
+            started = self._clock.monotonic()
+        space = run.space
+        ending = await child.supervise(budget, limit, full=None if space is None else space.full)
         _stop(run)
         returncode = await child.reap()
         await child.drain()
@@ -442,15 +270,17 @@ class Sandbox:
             host,
             exit_code,
             signal_number,
+            full=space is not None and space.full(),
         )
         changes = None
-        if collect_changes:
+        if collect_changes and copy is not None:
             changes = await _in_worker(
                 run,
                 workspace_changes,
-                config.workspace,
-                run.directory / "workspace",
+                source,
+                copy,
                 ignore=config.copy_ignore,
+                left_out=left_out,
             )
         return self._result(
             command,
@@ -461,6 +291,81 @@ class Sandbox:
             duration=duration,
             outputs=(stdout, stderr),
             changes=changes,
+            left_out=left_out,
+        )
+
+    async def _fill(
+        self,
+        run: _Run,
+        host: Host,
+        source: int,
+    ) -> tuple[LeftOut, int | None] | None:
+        """Find the held sandbox's space, copy the workspace in and release it.
+
+        None when the copy did not fit (the sandbox is then killed, never released).
+        Where bubblewrap ended before its command (a failed mount, say), nothing is
+        copied and the run reports bubblewrap's own exit and message.
+        """
+        hold = run.hold
+        assert hold is not None  # noqa: S101 - only called under bubblewrap
+        try:
+            run.space = await find_space(hold)
+        except SpaceUnavailableError as exc:
+            if not exc.gone:  # still held: it must not go on without its copy
+                _stop(run)
+            hold.close()
+            return LeftOut(), None
+        target = run.space.workspace
+        if host.drop is not None:
+            os.fchown(target, *host.drop)
+        left_out = await self._copy(run, host, source, target)
+        if left_out is None:
+            return None
+        hold.release()
+        return left_out, target
+
+    async def _copy(self, run: _Run, host: Host, source: int, target: int) -> LeftOut | None:
+        """Copy the workspace as the sandbox user; None when it does not fit."""
+        config = self._config
+        work = as_user(
+            host.drop,
+            copy_tree,
+            source,
+            target,
+            ignore=config.copy_ignore,
+            allow_hardlinks=config.allow_hardlinks,
+        )
+        run.work.append(work)
+        try:
+            return await asyncio.shield(work)
+        except CopyFull:
+            return None
+
+    def _unfit(
+        self,
+        command: tuple[str, ...],
+        launch: _Launch,
+        outputs: tuple[Output, Output],
+        *,
+        quota: int | None,
+    ) -> SandboxResult:
+        """The result of a run whose workspace copy did not fit its disk space."""
+        size = "" if quota is None else f" of {quota} bytes"
+        message = (
+            f"sandbox: the workspace copy does not fit in the run's disk space{size}; "
+            f"the command did not run\n"
+        ).encode()
+        _, stderr = outputs
+        stderr.bytes += len(message)
+        stderr.feed(message)
+        return self._result(
+            command,
+            launch,
+            exit_code=None,
+            signal_number=None,
+            killed_for=KillReason.DISK,
+            duration=0.0,
+            outputs=outputs,
         )
 
     def _result(
@@ -473,7 +378,8 @@ class Sandbox:
         killed_for: KillReason | None,
         duration: float,
         outputs: tuple[Output, Output],
-        changes: WorkspaceChanges | None,
+        changes: WorkspaceChanges | None = None,
+        left_out: LeftOut | None = None,
     ) -> SandboxResult:
         stdout, stderr = outputs
         return SandboxResult(
@@ -490,32 +396,37 @@ class Sandbox:
             protections=launch.protections,
             missing=self._wanted() - launch.protections,
             changes=changes,
+            left_out=left_out or LeftOut(),
         )
 
-    def _prepare(self, directory: Path, host: _Host) -> None:
-        """Copy the workspace and write the run's files (in a worker thread)."""
+    def _prepare(self, run: _Run, host: Host) -> tuple[int, int | None]:
+        """Open the workspace and write the run's files (in a worker thread).
+
+        Returns the workspace's descriptor and, without bubblewrap, that of the empty
+        directory the copy goes to (under bubblewrap it is the sandbox's tmpfs, later).
+        """
         config = self._config
-        copy_workspace(
-            config.workspace,
-            directory / "workspace",
-            ignore=config.copy_ignore,
-            owner=host.drop,
-        )
+        directory = run.directory
+        source = os.open(config.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        run.descriptors.append(source)
         if host.bwrap is not None:
             uid, gid = host.drop or (os.getuid(), os.getgid())
             etc = directory / "etc"
             etc.mkdir()
             for name, text in etc_files(uid, gid).items():
                 (etc / name).write_text(text)
-            return
-        for name in ("home", "tmp"):
+            return source, None
+        for name in ("home", "tmp", "workspace"):
             (directory / name).mkdir(mode=0o700)
             if host.drop is not None:
                 os.chown(directory / name, *host.drop)
+        copy = os.open(directory / "workspace", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        run.descriptors.append(copy)
         # The unprivileged user must pass through the run directory to its workspace.
         directory.chmod(0o711)
+        return source, copy
 
-    def _launch(self, run: _Run, host: _Host, command: tuple[str, ...]) -> _Launch:
+    def _launch(self, run: _Run, host: Host, command: tuple[str, ...]) -> _Launch:
         config = self._config
         limits = config.limits
         cgroups = run.cgroups.controllers if run.cgroups else frozenset()
@@ -525,14 +436,16 @@ class Sandbox:
         rlimits = _rlimits(limits, nproc=nproc)
         procs = run.cgroups.procs_files if run.cgroups else ()
         protections = self._protections(host, cgroups)
-        if host.bwrap is not None:
+        if host.bwrap is not None and run.hold is not None:
+            info, block = run.hold.child_fds
             layout = BwrapLayout(
                 bwrap=host.bwrap,
-                workspace_copy=run.directory / "workspace",
                 etc_dir=run.directory / "etc",
                 read_only=[PurePosixPath(p.as_posix()) for p in config.read_only_paths],
                 env=_environment(config, SANDBOX_HOME, SANDBOX_HOME),
                 tmp_bytes=limits.tmp_bytes,
+                disk_bytes=limits.disk_bytes,
+                hold=HoldFds(info=info, block=block),
                 switch=host.switch,
             )
             return _Launch(
@@ -551,7 +464,7 @@ class Sandbox:
             protections=protections,
         )
 
-    def _protections(self, host: _Host, cgroups: frozenset[str]) -> frozenset[Protection]:
+    def _protections(self, host: Host, cgroups: frozenset[str]) -> frozenset[Protection]:
         limits = self._config.limits
         held = {Protection.WORKSPACE_COPY, Protection.CLEAN_ENVIRONMENT, Protection.WALL_TIMEOUT}
         if host.bwrap is not None:
@@ -570,9 +483,11 @@ class Sandbox:
             held.add(Protection.MEMORY_LIMIT)
         if limits.max_processes is not None and (PIDS in cgroups or host.drop is not None):
             held.add(Protection.PROCESS_LIMIT)
+        if limits.disk_bytes is not None and host.bwrap is not None:
+            held.add(Protection.DISK_LIMIT)
         return frozenset(held)
 
-    def _cgroup_controllers(self, host: _Host) -> frozenset[str]:
+    def _cgroup_controllers(self, host: Host) -> frozenset[str]:
         limits = self._config.limits
         wanted = {PIDS: limits.max_processes, MEMORY: limits.memory_bytes}
         return frozenset(c for c, value in wanted.items() if value is not None and c in host.sites)
@@ -596,6 +511,7 @@ class Sandbox:
             Protection.FILE_SIZE_LIMIT: limits.file_size_bytes,
             Protection.OPEN_FILES_LIMIT: limits.open_files,
             Protection.OUTPUT_LIMIT: limits.max_output_bytes,
+            Protection.DISK_LIMIT: limits.disk_bytes,
         }
         wanted |= {protection for protection, value in optional.items() if value is not None}
         return frozenset(wanted)
@@ -608,6 +524,7 @@ class Sandbox:
                 await child.reap()
             child.close()
         await settle(run.work)
+        run.close()
         if run.cgroups is not None and not await asyncio.to_thread(run.cgroups.remove):
             _log.warning("sandbox control groups %s could not be removed", run.directory.name)
         try:
@@ -617,56 +534,22 @@ class Sandbox:
 
     # --- what the host allows --------------------------------------------------------------
 
-    async def _host(self) -> _Host:
+    async def _host(self) -> Host:
         async with self._lock:
             if self._host_facts is None:
                 self._host_facts = await self._discover()
             return self._host_facts
 
-    async def _discover(self) -> _Host:
+    async def _discover(self) -> Host:
         config = self._config
-        root = os.geteuid() == 0
-        drop = None
-        if root and config.user is not None:
-            drop = (config.user.uid, config.user.gid)
-        sites: Mapping[str, CgroupSite] = {}
-        if config.cgroups:
-            sites = find_sites(
-                _read_text("/proc/self/mounts"),
-                _read_text("/proc/self/cgroup"),
-                parent_v2=config.cgroup_parent,
-            )
-        bwrap, switch, problem = await self._find_bwrap(drop)
-        return _Host(
-            bwrap=bwrap,
-            problem=problem,
-            switch=switch,
-            drop=drop,
-            unprivileged=drop is not None or not root,
-            sites=MappingProxyType(dict(sites)),
+        user = None if config.user is None else (config.user.uid, config.user.gid)
+        return await discover(
+            use_bubblewrap=config.use_bubblewrap,
+            bwrap_path=config.bwrap_path,
+            user=user,
+            cgroups=config.cgroups,
+            cgroup_parent=config.cgroup_parent,
         )
-
-    async def _find_bwrap(
-        self,
-        drop: tuple[int, int] | None,
-    ) -> tuple[str | None, UserSwitch | None, str | None]:
-        config = self._config
-        if not config.use_bubblewrap:
-            return None, None, "bubblewrap is turned off in the configuration"
-        found = str(config.bwrap_path) if config.bwrap_path else shutil.which("bwrap")
-        if found is None:
-            return None, None, "bubblewrap (bwrap) is not installed"
-        switch = None
-        if drop is not None:
-            # setpriv runs inside the sandbox, so it must be one of the bound /usr files.
-            setpriv = shutil.which("setpriv", path="/usr/bin:/usr/sbin")
-            if setpriv is None:
-                return None, None, "setpriv is not installed, so root cannot drop privileges"
-            switch = UserSwitch(setpriv=setpriv, uid=drop[0], gid=drop[1])
-        problem = await _probe(probe_argv(found, switch))
-        if problem is not None:
-            return None, None, problem
-        return found, switch, None
 
 
 # --- launching and supervising -------------------------------------------------------------
@@ -730,12 +613,16 @@ def _stop(run: _Run) -> None:
 
 def _kernel_kill(
     cgroups: RunCgroups | None,
-    host: _Host,
+    host: Host,
     exit_code: int | None,
     signal_number: int | None,
+    *,
+    full: bool = False,
 ) -> KillReason | None:
     if cgroups is not None and cgroups.oom_killed():
         return KillReason.MEMORY
+    if full:
+        return KillReason.DISK
     if signal_number is None and host.bwrap is not None and exit_code is not None:
         signal_number = exit_code - 128 if exit_code > 128 else None  # noqa: PLR2004
     return KillReason.CPU if signal_number == signal.SIGXCPU else None
@@ -751,38 +638,3 @@ async def _in_worker(
     work = asyncio.ensure_future(asyncio.to_thread(function, *args, **kwargs))
     run.work.append(work)
     return await asyncio.shield(work)
-
-
-async def _probe(argv: list[str]) -> str | None:
-    """Run the bubblewrap probe; None when it works, else what went wrong (for operators)."""
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={},
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return f"bubblewrap cannot be started: {exc.strerror}"
-    try:
-        _, err = await asyncio.wait_for(process.communicate(), _PROBE_TIMEOUT_S)
-    except TimeoutError:
-        return "bubblewrap did not finish a trial run in time"
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-    if process.returncode == 0:
-        return None
-    detail = err.decode(errors="replace").strip().splitlines()
-    return f"bubblewrap cannot isolate commands here: {detail[0][:200] if detail else 'failed'}"
-
-
-def _read_text(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""

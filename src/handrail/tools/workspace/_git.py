@@ -4,6 +4,12 @@ Owns running git safely (a fixed argument vector, a clean environment without us
 system config, no fsmonitor, no bare repository found by accident, a bounded timeout)
 and telling which targets hold changes the journal did not write. Never decides
 whether a write may go ahead: `edits` does that with the report.
+
+git opens the targets by name, so a directory swapped for a symbolic link while it runs
+could make it look at a file outside the workspace. Nothing of such a file reaches the
+model: git is given only the write's own checked paths (after `--`, as literal
+pathspecs) and what is read from its output is which of those paths differ from the
+index, never content or other names; git writes nothing (no optional locks).
 """
 
 from __future__ import annotations

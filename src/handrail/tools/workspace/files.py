@@ -59,11 +59,11 @@ EntryType = Literal["file", "dir", "symlink", "other"]
 class WorkspaceConfig:
     """Limits and visibility rules of the workspace read tools.
 
-    `root` must be the directory the `Workspace` is rooted at. `ignore` holds name
-    patterns (glob syntax, one path part each, matched case-insensitively) that are
-    neither listed, descended into nor read, at any depth. `list_hidden` says whether
-    names starting with "." are listed. Whole reads of files larger than
-    `max_file_bytes` are refused; line ranges and tails of them are served.
+    `root` must be the directory the `Workspace` is rooted at; what is ignored is the
+    workspace's (`Workspace(ignore=...)`), the same for every workspace tool.
+    `list_hidden` says whether names starting with "." are listed. Whole reads of
+    files larger than `max_file_bytes` are refused; line ranges and tails of them are
+    served.
     """
 
     root: Path
@@ -77,10 +77,8 @@ class WorkspaceConfig:
     max_visited: int = 50_000
     """Directory entries one find_files call may look at before it stops."""
     max_depth: int = 64
-    ignore: tuple[str, ...] = (".git",)
     list_hidden: bool = True
     timeout: float = 10.0
-    _ignore: tuple[Glob, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         limits = (
@@ -94,17 +92,6 @@ class WorkspaceConfig:
         )
         if min(limits) < 1 or self.timeout <= 0:
             raise ConfigurationError("workspace limits and the timeout must be positive")
-        if any("/" in pattern or pattern in {"", ".", "**"} for pattern in self.ignore):
-            raise ConfigurationError("workspace ignore patterns name one path part each")
-        try:
-            compiled = tuple(Glob.compile(f"./{pattern}", casefold=True) for pattern in self.ignore)
-        except InvalidArgument as exc:
-            raise ConfigurationError(f"workspace ignore pattern: {exc.message}") from None
-        object.__setattr__(self, "_ignore", compiled)
-
-    def ignores(self, name: str) -> bool:
-        """Whether a file or directory of this name is hidden from every read tool."""
-        return any(glob.matches((name,)) for glob in self._ignore)
 
 
 # --- shared helpers ------------------------------------------------------------------------
@@ -189,7 +176,14 @@ class _Finder:
     so a directory swapped for a symbolic link mid-walk is skipped, never followed.
     """
 
-    def __init__(self, config: WorkspaceConfig, query: _Query, ctx: ToolContext) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        config: WorkspaceConfig,
+        query: _Query,
+        ctx: ToolContext,
+    ) -> None:
+        self._workspace = workspace
         self._config = config
         self._query = query
         self._ctx = ctx
@@ -276,7 +270,7 @@ class _Finder:
         """Why a name is not listed (nor entered), or None."""
         if not _shown_name(name):
             return "unsafe_names"
-        if self._config.ignores(name):
+        if self._workspace.ignores(name):
             return "ignored"
         if not self._config.list_hidden and name.startswith("."):
             return "hidden"
@@ -323,14 +317,13 @@ def _find(
     workspace: Workspace, config: WorkspaceConfig, query: _Query, ctx: ToolContext
 ) -> dict[str, Any]:
     start = WorkspaceFile(query.glob.prefix)
-    for part in start.parts:
-        if config.ignores(part):
-            raise InvalidArgument(f"{start.text} is ignored in this workspace.")
+    if workspace.ignored(start):
+        raise InvalidArgument(f"{start.text} is ignored in this workspace.")
     try:
         fd = workspace.open_dir(start)
     except NotFound:
         fd = None
-    finder = _Finder(config, query, ctx)
+    finder = _Finder(workspace, config, query, ctx)
     if fd is not None:
         finder.walk(fd, start.parts)
     found = finder.found
@@ -391,7 +384,7 @@ def _read(
     if request.tail is not None and (request.start_line is not None or request.max_lines):
         raise InvalidArgument("Give either tail or start_line/max_lines, not both.")
     file = workspace.relative(request.path)
-    if any(config.ignores(part) for part in file.parts):
+    if workspace.ignored(file):
         raise InvalidArgument(f"{file.text} is ignored in this workspace and cannot be read.")
     # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
     fd = workspace.open(file, os.O_RDONLY | os.O_NONBLOCK)

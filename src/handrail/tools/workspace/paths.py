@@ -7,6 +7,9 @@ kernel has it, else component by component with `O_NOFOLLOW`, each directory ope
 relative to the one before. Either way no symbolic link is followed anywhere in the
 path and `..` cannot climb out. Model-given paths are also checked lexically first
 (relative, no `..`, no NUL or control characters), so refusals are clear.
+
+The workspace also holds the one ignore policy of every workspace tool: names (such as
+`.git`) that no tool lists, reads, searches or writes, at any depth.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound
+from handrail.tools.workspace._globs import Glob
 
 __all__ = ["MAX_PATH_CHARS", "Workspace", "WorkspaceFile"]
 
@@ -33,6 +37,7 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _PROTECTED = frozenset({".git"})
+_IGNORED = (".git",)
 
 
 class _OpenHow(ctypes.Structure):
@@ -68,16 +73,21 @@ class WorkspaceFile:
 class Workspace:
     """A directory tree tools may read and (where allowed) write, and nothing else.
 
-    `root` is trusted configuration and is resolved once. Writes are refused inside
-    `protected` directories (`.git` by default) at any depth. Files with more than one
-    hard link are refused unless `allow_hardlinks`: a hard link to a file outside the
-    root looks like any file inside it.
+    `root` is trusted configuration and is resolved once. `ignore` holds name patterns
+    (glob syntax, one path part each, matched case-insensitively) that every workspace
+    tool treats as absent, at any depth: find_files does not list or enter them,
+    read_file and search_text refuse them and never search them, the edit tools refuse
+    to write them. Writes are also refused inside `protected` directories (`.git` by
+    default) at any depth. Files with more than one hard link are refused unless
+    `allow_hardlinks`: a hard link to a file outside the root looks like any file inside
+    it.
     """
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         *,
+        ignore: Iterable[str] = _IGNORED,
         protected: Iterable[str] = _PROTECTED,
         allow_hardlinks: bool = False,
         use_openat2: bool | None = None,
@@ -86,6 +96,8 @@ class Workspace:
         if not resolved.is_dir():
             raise ConfigurationError(f"workspace root {resolved} is not a directory")
         self._root = resolved
+        self._ignore_patterns = tuple(ignore)
+        self._ignore = _ignore_globs(self._ignore_patterns)
         self._protected = frozenset(name.casefold() for name in protected)
         self._allow_hardlinks = allow_hardlinks
         self._openat2 = _openat2_works(resolved) if use_openat2 is None else use_openat2
@@ -94,6 +106,19 @@ class Workspace:
     def root(self) -> Path:
         """The resolved root directory."""
         return self._root
+
+    @property
+    def ignore(self) -> tuple[str, ...]:
+        """The ignore patterns: names every workspace tool treats as absent."""
+        return self._ignore_patterns
+
+    def ignores(self, name: str) -> bool:
+        """Whether a file or directory of this name is hidden from every workspace tool."""
+        return any(glob.matches((name,)) for glob in self._ignore)
+
+    def ignored(self, file: WorkspaceFile) -> bool:
+        """Whether any part of `file`'s path is an ignored name."""
+        return any(self.ignores(part) for part in file.parts)
 
     @property
     def uses_openat2(self) -> bool:
@@ -126,12 +151,16 @@ class Workspace:
         return WorkspaceFile(parts)
 
     def check_writable(self, file: WorkspaceFile) -> None:
-        """Refuse a write into a protected directory (such as `.git`) or to the root."""
+        """Refuse a write to the root, into a protected directory (`.git`) or an ignored name."""
         if not file.parts:
             raise InvalidArgument("The workspace root itself cannot be written.")
         if any(part.casefold() in self._protected for part in file.parts):
             raise InvalidArgument(
                 f"Writing inside {'/'.join(sorted(self._protected))} is not allowed."
+            )
+        if self.ignored(file):
+            raise InvalidArgument(
+                f"{file.text} is ignored in this workspace and cannot be written.",
             )
 
     @contextmanager
@@ -223,6 +252,15 @@ class Workspace:
             raise InvalidArgument(
                 f"{file.text} has several hard links; such files are not opened here.",
             )
+
+
+def _ignore_globs(patterns: tuple[str, ...]) -> tuple[Glob, ...]:
+    if any(not isinstance(p, str) or "/" in p or p in {"", ".", "**"} for p in patterns):
+        raise ConfigurationError("workspace ignore patterns name one path part each")
+    try:
+        return tuple(Glob.compile(f"./{pattern}", casefold=True) for pattern in patterns)
+    except InvalidArgument as exc:
+        raise ConfigurationError(f"workspace ignore pattern: {exc.message}") from None
 
 
 _REASONS = {

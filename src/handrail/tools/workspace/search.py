@@ -2,10 +2,11 @@
 
 Owns the tool and its limits, the argument vector (built by code: the pattern only as
 the value of `--regexp=`, paths only after `--`, never a flag the model chose) and the
-ripgrep process (clean environment, no config file, no symbolic links followed, its
-process group killed on timeout). Its JSON output is read by `_rg_json` and paged by
-`_search_pages`. It never writes, and never reports a file reached through a symbolic
-link or with several hard links.
+ripgrep process (confined by bubblewrap where only the workspace exists, read-only; a
+clean environment, no config file, no symbolic links followed, its process group killed
+on timeout). Its JSON output is read by `_rg_json` and paged by `_search_pages`. It
+never writes, and never reports a file reached through a symbolic link or with several
+hard links.
 """
 
 # No `from __future__ import annotations`: the tool's parameter annotations name the
@@ -32,6 +33,7 @@ from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import RiskLevel, SideEffect
+from handrail.tools._sandbox_confine import Confinement
 from handrail.tools.workspace._rg_json import (
     Line,
     Lines,
@@ -106,6 +108,10 @@ def _which_rg() -> str | None:
     return shutil.which("rg")
 
 
+def _which_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchConfig:
     """Limits of `search_text`.
@@ -118,9 +124,20 @@ class SearchConfig:
     in bytes, so even a huge pattern compiles quickly or is refused. A page stops
     early once its JSON reaches about `max_result_chars`, so that it fits the gate's
     result budget whole and `next_skip` counts exactly what the model was shown.
+
+    With `confine` (the default) ripgrep runs under bubblewrap (`bwrap`, by default the
+    one on PATH) in a mount namespace that holds the workspace, read-only, and
+    ripgrep's own files (its binary and libraries, which every user may read), and no
+    capability: a directory or file of the workspace swapped for a symbolic link while
+    ripgrep runs leads nowhere, because the outside does not exist there. A workspace
+    file only another user may read is then not searched. `confine=False` runs ripgrep
+    on the host and accepts a race: ripgrep opens checked paths by name, so a concurrent
+    writer in the workspace can make it read files outside it.
     """
 
     rg: str | None = field(default_factory=_which_rg)
+    bwrap: str | None = field(default_factory=_which_bwrap)
+    confine: bool = True
     timeout: float = 10.0
     max_matches: int = 200
     max_line_chars: int = 300
@@ -346,9 +363,32 @@ class TextSearch:
             raise ConfigurationError("ripgrep (rg) was not found; set SearchConfig.rg")
         if not Path(rg).is_absolute() or not os.access(rg, os.X_OK):
             raise ConfigurationError(f"SearchConfig.rg {rg!r} is not an executable absolute path")
+        self._confinement: Confinement | None = None
+        if config.confine:
+            if config.bwrap is None:
+                raise ConfigurationError(
+                    "bubblewrap (bwrap) was not found: search_text runs ripgrep where only "
+                    "the workspace exists. Install bubblewrap, set SearchConfig.bwrap, or "
+                    "set SearchConfig.confine=False to accept that a concurrent writer in "
+                    "the workspace can make ripgrep read outside it.",
+                )
+            self._confinement = Confinement.prepare(
+                bwrap=config.bwrap,
+                program=rg,
+                trial_dir=workspace.root,
+            )
         self._workspace = workspace
         self._config = config
         self._rg = rg
+        # The workspace's ignore policy as ripgrep overrides: an override outranks the
+        # ignore files and hidden-file rules, so an `.ignore` that whitelists `.git` does
+        # not bring it back. `_admit` applies the same policy to what ripgrep reports.
+        self._ignored = tuple(f"--iglob=!{_rg_glob(p)}" for p in workspace.ignore)
+
+    @property
+    def confined(self) -> bool:
+        """Whether ripgrep runs where only the workspace exists (see `SearchConfig`)."""
+        return self._confinement is not None
 
     @property
     def config(self) -> SearchConfig:
@@ -404,7 +444,7 @@ class TextSearch:
 
         collect = Collect(self._admit, count_limit=config.count_limit)
         first = await _run(
-            self._argv(query, ordered=False),
+            self._launch(query, ordered=False),
             cwd=self._workspace.root,
             take=collect.take,
             deadline=deadline,
@@ -431,7 +471,7 @@ class TextSearch:
         shown = page()
         stream = Stream(self._admit, shown)
         second = await _run(
-            self._argv(query, ordered=True),
+            self._launch(query, ordered=True),
             cwd=self._workspace.root,
             take=stream.take,
             deadline=deadline,
@@ -463,7 +503,8 @@ class TextSearch:
     ) -> list[str]:
         """The ripgrep command line such a search runs (`ordered`: its in-order pass).
 
-        The arguments are checked as `search` checks them. For logs and benchmarks.
+        The arguments are checked as `search` checks them. For logs and benchmarks; when
+        `confined`, bubblewrap's part (see `SearchConfig.confine`) runs in front of it.
         """
         query = self._query(
             pattern=pattern,
@@ -515,6 +556,8 @@ class TextSearch:
         files: list[WorkspaceFile] = []
         for path in paths:
             file = self._workspace.relative(path)
+            if self._workspace.ignored(file):
+                raise InvalidArgument(f"{file.text} is ignored in this workspace.")
             info = self._workspace.stat(file)  # NotFound, or InvalidArgument for a symlink
             if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
                 raise InvalidArgument(f"{file.text} is neither a file nor a directory.")
@@ -528,12 +571,22 @@ class TextSearch:
         return ["/".join(parts) for parts in chosen]
 
     def _admit(self, parts: tuple[str, ...]) -> bool:
-        """Whether a file ripgrep reported is reachable without links (checked after reading)."""
+        """Whether a file ripgrep reported may be shown: not ignored, reached without links."""
+        file = WorkspaceFile(parts)
+        if self._workspace.ignored(file):
+            return False
         try:
-            info = self._workspace.stat(WorkspaceFile(parts))
+            info = self._workspace.stat(file)
         except (InvalidArgument, NotFound):
             return False
         return stat.S_ISREG(info.st_mode)
+
+    def _launch(self, query: _Query, *, ordered: bool) -> list[str]:
+        """What runs: ripgrep's command line, confined when so configured."""
+        argv = self._argv(query, ordered=ordered)
+        if self._confinement is None:
+            return argv
+        return self._confinement.argv(self._workspace.root, argv)
 
     def _argv(self, query: _Query, *, ordered: bool) -> list[str]:
         """The whole command line, built here; model text only after `=` or `--`."""
@@ -550,6 +603,7 @@ class TextSearch:
             f"--regex-size-limit={config.regex_size_limit}",
             f"--dfa-size-limit={config.dfa_size_limit}",
             _CASE_FLAGS[query.case],
+            *self._ignored,
         ]
         if not query.regex:
             argv.append("--fixed-strings")
@@ -568,6 +622,14 @@ class TextSearch:
         argv.append("--")
         argv.extend(query.roots)
         return argv
+
+
+def _rg_glob(pattern: str) -> str:
+    """An ignore pattern (one name, no braces or backslashes) in ripgrep's glob syntax.
+
+    Both read `*`, `?` and classes alike within a name; a run of stars is one star.
+    """
+    return re.sub(r"\*{2,}", "*", pattern)
 
 
 def _globs(globs: Iterable[str], what: str) -> tuple[str, ...]:
@@ -666,8 +728,9 @@ def search_tools(
 
         Fixed-string matching unless regex is true. Files named in ignore files
         (.gitignore, .ignore), hidden files and binary files are skipped unless named
-        in paths. Matches come in path order with line numbers; when truncated is true,
-        call again with the same arguments and skip set to next_skip for more.
+        in paths; what the workspace ignores (such as .git) is never searched. Matches
+        come in path order with line numbers; when truncated is true, call again with
+        the same arguments and skip set to next_skip for more.
         """
         return await searcher.search(
             pattern,
