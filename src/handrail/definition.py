@@ -40,6 +40,7 @@ from handrail.spec import (
     ToolHints,
     ToolSpec,
 )
+from handrail.text import escape_unstorable
 
 if TYPE_CHECKING:
     from handrail.reconcile import Reconciled
@@ -121,7 +122,11 @@ class Tool:
             )
 
     def business_id_of(self, result: object) -> str | None:
-        """The downstream id named by `business_id` in a result, as text, if any."""
+        """The downstream id named by `business_id` in a result, as text, if any.
+
+        Downstream text: a NUL or lone surrogate in it, which no store can hold, is
+        written as an escape, so that recording an effect that happened never fails.
+        """
         source = self.business_id
         if source is None:
             return None
@@ -131,7 +136,7 @@ class Tool:
             found = result.get(source)
         else:
             found = getattr(result, source, None)
-        return None if found is None else str(found)[:256]
+        return None if found is None else escape_unstorable(str(found))[:256]
 
     @property
     def name(self) -> str:

@@ -15,19 +15,28 @@ from typing import Any
 
 import pytest
 
+from _write_tools import ALICE, keyring
 from handrail import (
     BatchingAuditSink,
+    ConfirmationMode,
+    ConfirmationPolicy,
     Envelope,
     ErrorCode,
+    ExecutionStatus,
     Gate,
+    IdempotencyMode,
+    IdempotencyPolicy,
+    Impact,
     Principal,
     RawKeeping,
     RawResults,
     Registry,
     ResultPolicy,
     RiskLevel,
+    SideEffect,
     Status,
     ToolCall,
+    Writes,
     tool,
 )
 from handrail.adapters import (
@@ -48,7 +57,7 @@ from handrail.shaping.shaper import Shaper
 from handrail.store import SqlStore, Store
 from handrail.store._rows import event_row
 from handrail.store._tables import audit_events
-from handrail.testing import FixedClock
+from handrail.testing import FixedClock, sequential_ids
 
 WireCheck = Callable[[Envelope, ToolCall], dict[str, Any]]
 Untouched = Callable[[ToolCall, str | None], None]
@@ -506,3 +515,54 @@ def test_a_call_id_escape_reads_back_exactly_and_leaves_other_ids_alone() -> Non
     assert id_to_wire("call_1") == "call_1"
     assert id_from_wire("hr64_!!") == "hr64_!!"
     assert id_from_wire(id_to_wire("call_1", carried=lambda _: False)) == "hr64_Y2FsbF8x"
+
+
+# --- what a downstream hands back ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_business_id_a_store_cannot_encode_is_kept_escaped_and_the_write_still_succeeds(
+    store: Store,
+) -> None:
+    """The effect happened: an id no store can hold must not turn its outcome into a crash."""
+    effects: list[str] = []
+    weird = "TK-\ud800-\x00-1"
+
+    def impact_of(_args: object, _ctx: object) -> Impact:
+        return Impact(action="open ticket", target="asset-\x00", reversible=True)
+
+    @tool(
+        risk=RiskLevel.L2_REVERSIBLE_WRITE,
+        side_effect=SideEffect.EXTERNAL_WRITE,
+        permissions={"tickets.create"},
+        idempotency=IdempotencyPolicy(mode=IdempotencyMode.PLAN),
+        confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
+        impact=impact_of,
+        business_id="ticket_no",
+    )
+    async def open_ticket(asset_id: str) -> dict[str, str]:
+        """Open a ticket."""
+        effects.append(asset_id)
+        return {"ticket_no": weird}
+
+    registry = Registry()
+    registry.register(open_ticket)
+    writes = Writes(registry, store, keyring(), clock=FixedClock(), new_id=sequential_ids("p"))
+    gate = Gate(registry, writes=writes)
+    call = ToolCall(id="c1", name="open_ticket", arguments='{"asset_id": "a-1"}')
+
+    proposed = await gate.handle_write(call, ALICE)
+    assert proposed.code is ErrorCode.NEEDS_CONFIRMATION
+    assert proposed.plan_id is not None
+    token = await writes.issue_token(proposed.plan_id, ALICE)
+    await writes.confirm(proposed.plan_id, token.value, ALICE)
+    first = await writes.execute_plan(proposed.plan_id, ALICE)
+    again = await writes.execute_plan(proposed.plan_id, ALICE)
+
+    assert (first.status, again.status) == (ExecutionStatus.SUCCEEDED, ExecutionStatus.SUCCEEDED)
+    assert again.replayed
+    assert first.business_id == again.business_id == "TK-\\ud800-\\u0000-1"
+    stored = await writes.record_for(proposed.plan_id, ALICE)
+    assert stored is not None
+    assert stored.business_id == first.business_id
+    assert effects == ["a-1"]

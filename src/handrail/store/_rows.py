@@ -144,7 +144,7 @@ def plan_row(record: PlanRecord) -> dict[str, Any]:
         "risk": int(plan.risk),
         "confirmation": plan.confirmation.value,
         "required_approvals": plan.required_approvals,
-        "impact": json.dumps(plan.impact.to_json(), sort_keys=True, ensure_ascii=False),
+        "impact": json.dumps(plan.impact.to_json(), sort_keys=True),  # ASCII: any store holds it
         "created_at": utc(plan.created_at),
         "expires_at": utc(plan.expires_at),
         "revises": plan.revises,
