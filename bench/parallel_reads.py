@@ -34,7 +34,7 @@ from pathlib import Path
 
 from handrail import Envelope, Gate, Principal, Registry, RiskLevel, Status, ToolCall, tool
 from handrail.clock import SystemClock
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.scheduler import CallPlan, TurnScheduler
 
 PRINCIPAL = Principal(user_id="bench", tenant_id="t1")

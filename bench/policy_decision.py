@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from handrail import Principal, SideEffect
-from handrail.policy import AllowAll, Facts, Outcome, PolicyEngine, Rule
+from handrail.authz.policy import AllowAll, Facts, Outcome, PolicyEngine, Rule
 
 TARGET = "bench.target"
 PRINCIPAL = Principal(user_id="u", tenant_id="t", permissions=frozenset({"p"}))

@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from handrail.definition import tool
+from handrail.declare.definition import tool
 from handrail.principal import Principal
 from handrail.shaping.budget import json_size
 from handrail.shaping.redact import Redactor

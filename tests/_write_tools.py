@@ -39,7 +39,7 @@ from handrail import (
     ToolRetryable,
     tool,
 )
-from handrail.reconcile import Reconciled
+from handrail.declare.hooks import Reconciled
 
 Mode = Literal["ok", "lose", "transient", "fail", "hang", "crash"]
 

@@ -25,7 +25,7 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.quota import QuotaPolicy, RateLimiter
+from handrail.authz.quota import QuotaPolicy, RateLimiter
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 # The machine is small and shared: a slow example is not a failure, so no deadlines.

@@ -11,18 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from handrail.audit import (
-    STORED_WIDTHS,
-    AuditEvent,
-    Auditor,
-    AuditSubject,
-    AuditWriterState,
-    BatchingAuditSink,
-    MemoryAuditSink,
-    storable_events,
-    summarize_arguments,
-)
 from handrail.errors import AuditSinkError, ConfigurationError, ErrorCode, StoreError
+from handrail.events import STORED_WIDTHS, AuditEvent, AuditSubject, storable_events
+from handrail.record.audit import Auditor, MemoryAuditSink, summarize_arguments
+from handrail.record.batching import AuditWriterState, BatchingAuditSink
 from handrail.store import MemoryStore, SqliteStore
 from handrail.testing import FixedClock, sequential_ids
 
@@ -136,8 +128,9 @@ def test_the_arguments_summary_bounds_wide_and_deep_values() -> None:
 
 
 def test_note_emits_one_event_with_its_facts_as_sorted_json_without_nones() -> None:
-    from handrail.audit import Auditor, AuditSubject, MemoryAuditSink  # noqa: PLC0415
     from handrail.clock import FixedClock  # noqa: PLC0415
+    from handrail.events import AuditSubject  # noqa: PLC0415
+    from handrail.record.audit import Auditor, MemoryAuditSink  # noqa: PLC0415
 
     sink = MemoryAuditSink()
     auditor = Auditor(sink, FixedClock())
@@ -307,11 +300,11 @@ def test_an_emit_into_a_full_queue_waits_for_room(monkeypatch: pytest.MonkeyPatc
         sink.emit(_events("taken"))
         assert store.entered.wait(WAIT_S)
         sink.emit(_events("queued"))
-        monkeypatch.setattr("handrail.audit._EMIT_WAIT_S", 0.01)
+        monkeypatch.setattr("handrail.record.batching._EMIT_WAIT_S", 0.01)
         with pytest.raises(AuditSinkError) as behind:
             sink.emit(_events("no room"))
         assert behind.value.code is ErrorCode.AUDIT_WRITER_BEHIND
-        monkeypatch.setattr("handrail.audit._EMIT_WAIT_S", WAIT_S)
+        monkeypatch.setattr("handrail.record.batching._EMIT_WAIT_S", WAIT_S)
         waiting = threading.Thread(target=sink.emit, args=(_events("room"),))
         waiting.start()
         store.release.set()

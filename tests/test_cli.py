@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
-from handrail.reconcile import PassReport, Reconciler
 from handrail.testing import FixedClock
+from handrail.writes.reconcile import PassReport, Reconciler
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = "bookstore.delete_all_orders"

@@ -19,10 +19,10 @@ from alembic.config import Config
 from typer.testing import CliRunner, Result
 
 from handrail import cli
-from handrail.audit import AuditEvent
 from handrail.clock import SystemClock
+from handrail.events import AuditEvent
 from handrail.principal import Principal
-from handrail.raw import RAW_READ_PERMISSION, RawResults
+from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults
 from handrail.store import SqliteStore
 from handrail.testing import FixedClock
 

@@ -37,9 +37,9 @@ from handrail import (
     tool,
 )
 from handrail.errors import ConfigurationError
-from handrail.executor import WriteJob
 from handrail.store import MemoryStore, SqlStore
 from handrail.testing import FixedClock
+from handrail.writes.outcome import WriteJob
 
 pytestmark = pytest.mark.anyio
 

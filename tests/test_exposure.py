@@ -20,8 +20,7 @@ from handrail import (
     Tool,
     ToolSpec,
 )
-from handrail.errors import ConfigurationError
-from handrail.exposure import (
+from handrail.declare.exposure import (
     ExclusionReason,
     Exposure,
     ExposureRequest,
@@ -31,6 +30,7 @@ from handrail.exposure import (
     schema_keywords,
     select_tools,
 )
+from handrail.errors import ConfigurationError
 
 EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 R = ExclusionReason

@@ -32,8 +32,8 @@ from handrail import (
     ToolRetryable,
     tool,
 )
+from handrail.declare.exposure import ExposureRequest
 from handrail.errors import ConfigurationError, StoreError
-from handrail.exposure import ExposureRequest
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 READER = Principal(user_id="u", tenant_id="t1", permissions=frozenset({"r"}))

@@ -8,10 +8,10 @@ import pytest
 from pydantic import Field
 
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, Status, Tool, ToolCall, tool
-from handrail.audit import AuditEvent
+from handrail.authz.guard import ConversationGuard, ConversationState, MemoryGuardState
+from handrail.authz.policy import Outcome, PolicyEngine, Resolved, Rule
 from handrail.errors import ConfigurationError
-from handrail.guard import ConversationGuard, ConversationState, MemoryGuardState
-from handrail.policy import Outcome, PolicyEngine, Resolved, Rule
+from handrail.events import AuditEvent
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 ALICE = Principal(user_id="alice", tenant_id="t1", permissions=frozenset({"doc.read"}))

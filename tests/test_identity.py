@@ -15,13 +15,13 @@ import pytest
 from pydantic import BaseModel
 
 from handrail import BusinessValue, FromPrincipal, RiskLevel, Tool, tool
+from handrail.declare.identity import check_identity_parameters
 from handrail.errors import (
     IdentityParameterError,
     RegistrationError,
     SchemaError,
     SignatureError,
 )
-from handrail.identity import check_identity_parameters
 
 LOAN = BusinessValue(reason="the loan amount, not a security principal")
 CUSTOMER = BusinessValue(reason="the CRM customer an administrator updates")

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, Tool, ToolCall, tool
-from handrail.schema import compile_validator
+from handrail.declare.schema import compile_validator
 
 pytestmark = pytest.mark.anyio
 

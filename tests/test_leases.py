@@ -17,9 +17,9 @@ from _records import execution_record
 from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.fencing import Fence, ThreadOutcome
-from handrail.leases import LeaseKeeper
 from handrail.store import MemoryStore, Store
 from handrail.testing import FixedClock
+from handrail.writes.leases import LeaseKeeper
 
 WAIT_S = 60.0
 SPAN_S = 0.03

@@ -18,8 +18,7 @@ from handrail import (
     SideEffect,
     ToolSpec,
 )
-from handrail.errors import ConfigurationError
-from handrail.policy import (
+from handrail.authz.policy import (
     PRECEDENCE,
     AllowAll,
     Decision,
@@ -37,6 +36,7 @@ from handrail.policy import (
     negate,
     refusal_for,
 )
+from handrail.errors import ConfigurationError
 
 ALICE = Principal(user_id="alice", tenant_id="t1", permissions=frozenset({"a", "b"}))
 READ = {"side_effect": SideEffect.NONE}

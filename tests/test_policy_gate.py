@@ -23,7 +23,16 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.policy import Decision, Facts, Outcome, PolicyEngine, Resolved, Rule, is_owner, lacks
+from handrail.authz.policy import (
+    Decision,
+    Facts,
+    Outcome,
+    PolicyEngine,
+    Resolved,
+    Rule,
+    is_owner,
+    lacks,
+)
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 ORDERS: dict[tuple[str, str], dict[str, object]] = {

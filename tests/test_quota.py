@@ -29,8 +29,7 @@ from handrail import (
     ToolSpec,
     tool,
 )
-from handrail.errors import ConfigurationError, StoreError
-from handrail.quota import (
+from handrail.authz.quota import (
     Limit,
     Quota,
     QuotaPolicy,
@@ -40,6 +39,7 @@ from handrail.quota import (
     TenantQuota,
     bucket_identifiers,
 )
+from handrail.errors import ConfigurationError, StoreError
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 REDIS_HOST = "127.0.0.1"

@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from handrail.audit import AuditEvent, Auditor, MemoryAuditSink
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode
+from handrail.events import AuditEvent
 from handrail.principal import Principal
-from handrail.raw import RAW_READ_PERMISSION, RawRecord, RawResults, new_raw_ref
+from handrail.raw import RawRecord
+from handrail.record.audit import Auditor, MemoryAuditSink
+from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults, new_raw_ref
 from handrail.store import MemoryStore, SqlStore, Store
 from handrail.store._tables import raw_results
 from handrail.testing import FixedClock, sequential_ids

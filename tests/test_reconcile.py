@@ -20,8 +20,8 @@ from handrail import (
     ToolContext,
     Writes,
 )
+from handrail.declare.hooks import Reconciled
 from handrail.execution import plan_key
-from handrail.reconcile import Reconciled
 from handrail.testing import FixedClock, sequential_ids
 
 pytestmark = pytest.mark.anyio
@@ -270,7 +270,7 @@ def test_no_proof_has_a_default_reason() -> None:
 
 async def test_a_person_settles_an_unknown_write_once_and_it_is_audited(store: Store) -> None:
     from handrail.errors import WriteRefusedError  # noqa: PLC0415
-    from handrail.reconcile import resolve_by_person  # noqa: PLC0415
+    from handrail.writes.reconcile import resolve_by_person  # noqa: PLC0415
 
     setup = Setup(store, reconcile=False)
     plan_id, key = await setup.unknown()
@@ -297,7 +297,7 @@ async def test_a_person_settles_an_unknown_write_once_and_it_is_audited(store: S
 
 async def test_a_record_a_reconciler_holds_cannot_be_resolved_by_hand(store: Store) -> None:
     from handrail.errors import WriteRefusedError  # noqa: PLC0415
-    from handrail.reconcile import resolve_by_person  # noqa: PLC0415
+    from handrail.writes.reconcile import resolve_by_person  # noqa: PLC0415
 
     setup = Setup(store)
     _, key = await setup.unknown()

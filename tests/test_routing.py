@@ -17,9 +17,9 @@ from handrail.adapters import (
     ToolChoice,
     ToolChoiceMode,
 )
+from handrail.authz.routing import Intent, Route, Router, RoutingError, RoutingProblem, Rule
+from handrail.declare.exposure import ExclusionReason, Exposure, ExposureRequest, ModelCapabilities
 from handrail.errors import ConfigurationError
-from handrail.exposure import ExclusionReason, Exposure, ExposureRequest, ModelCapabilities
-from handrail.routing import Intent, Route, Router, RoutingError, RoutingProblem, Rule
 from handrail.spec import ConfirmationPolicy
 
 ALICE = Principal(user_id="alice", tenant_id="t1", permissions=frozenset({"orders.read"}))

@@ -5,13 +5,13 @@ from typing import Any
 import pytest
 
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, Tool, ToolCall
-from handrail.errors import SchemaError
-from handrail.schema import (
+from handrail.declare.schema import (
     check_identity_parameters,
     compile_validator,
     compile_validator_map,
-    json_path,
 )
+from handrail.errors import SchemaError
+from handrail.paths import json_path
 
 
 def test_a_validator_map_checks_a_value_against_one_part_of_a_schema() -> None:

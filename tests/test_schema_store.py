@@ -24,8 +24,8 @@ from handrail import (
     Tool,
     ToolCall,
 )
+from handrail.declare.schema import compile_validator
 from handrail.errors import IdentityParameterError, SchemaError
-from handrail.schema import compile_validator
 
 pytestmark = pytest.mark.anyio
 

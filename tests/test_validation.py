@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from handrail.checks.syntax import ArgumentLimits, parse_arguments
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
-from handrail.validation import ArgumentLimits, parse_arguments
 
 LIMITS = ArgumentLimits(max_bytes=64, max_depth=3, max_items=6)
 

@@ -15,8 +15,8 @@ from examples.payments.data import PaymentsDb
 from examples.payments.policy import build_policy
 from examples.payments.tools import build_tools
 from handrail import AuditSink, Clock, Gate, Registry, SystemClock
-from handrail.guard import ConversationGuard
-from handrail.policy import PolicyEngine
+from handrail.authz.guard import ConversationGuard
+from handrail.authz.policy import PolicyEngine
 
 __all__ = ["TENANTS", "PaymentsApp", "build_app"]
 

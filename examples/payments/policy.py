@@ -32,7 +32,7 @@ from typing import Any
 from examples.payments.data import PaymentsDb
 from examples.payments.tools import CustomerFilter
 from handrail import ConfirmationMode, ConfirmationPolicy, Principal
-from handrail.policy import (
+from handrail.authz.policy import (
     Facts,
     Outcome,
     PolicyEngine,

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from examples.payments import PaymentsApp, build_app, customer_ids
 from handrail import Envelope, ErrorCode, Gate, Principal, Status, ToolCall
-from handrail.guard import ConversationGuard
-from handrail.policy import Outcome
+from handrail.authz.guard import ConversationGuard
+from handrail.authz.policy import Outcome
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 STAFF = frozenset(

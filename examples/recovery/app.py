@@ -41,7 +41,7 @@ from handrail import (
     SystemClock,
     Writes,
 )
-from handrail.audit import Auditor
+from handrail.record.audit import Auditor
 
 __all__ = [
     "DEFAULT_SERVICE_DB",

@@ -49,10 +49,10 @@ from handrail import (
     Writes,
     open_store,
 )
-from handrail.raw import RAW_READ_PERMISSION
-from handrail.reconcile import PassReport
+from handrail.record.raw_results import RAW_READ_PERMISSION
 from handrail.shaping.budget import json_size
 from handrail.testing import FixedClock, ModelTurn, ScriptedModel, ScriptStep
+from handrail.writes.reconcile import PassReport
 
 __all__ = ["Check", "RecoveryReport", "run_demo", "run_recovery_demo"]
 

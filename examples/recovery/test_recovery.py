@@ -44,7 +44,7 @@ from handrail import (
     Writes,
 )
 from handrail.adapters import AnthropicAdapter, OpenAIChatAdapter
-from handrail.raw import RAW_READ_PERMISSION
+from handrail.record.raw_results import RAW_READ_PERMISSION
 from handrail.shaping.budget import json_size
 from handrail.testing import FixedClock, MemoryStore
 

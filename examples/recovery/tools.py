@@ -48,7 +48,7 @@ from handrail import (
     ToolFailed,
     tool,
 )
-from handrail.reconcile import Reconciled
+from handrail.declare.hooks import Reconciled
 
 __all__ = ["PLAN_TTL_SECONDS", "RECONCILE_POLICY", "TIMEOUT_CODE", "build_tools"]
 

@@ -5,18 +5,13 @@ syntax, JSON Schema, business rules and authorization, in that order, runs under
 deadline and comes back as a bounded Envelope, with an audit event for every stage.
 """
 
-from handrail.audit import (
-    AuditEvent,
-    AuditSink,
-    AuditSinkHealth,
-    AuditSubject,
-    AuditWriterState,
-    BatchingAuditSink,
-    MemoryAuditSink,
-)
+from handrail.authz.guard import ConversationGuard, MemoryGuardState
+from handrail.authz.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
+from handrail.authz.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
+from handrail.authz.routing import Intent, Route, Router
 from handrail.calls import ToolCall
+from handrail.checks.syntax import ArgumentLimits
 from handrail.clock import Clock, SystemClock
-from handrail.confirmation import ConfirmationToken, Keyring, SigningKey
 from handrail.context import ToolContext
 from handrail.credentials import (
     EnvSecretProvider,
@@ -27,7 +22,11 @@ from handrail.credentials import (
     Secrets,
     StaticSecretProvider,
 )
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
+from handrail.declare.exposure import Exposure, ExposureRequest, ModelCapabilities
+from handrail.declare.hooks import Found, NoProof, NotExecuted
+from handrail.declare.registry import Registry
+from handrail.declare.schema_store import SchemaStore
 from handrail.envelope import Envelope, ErrorDetail, Omission, Status, Trust
 from handrail.errors import (
     AccessRefusedError,
@@ -46,20 +45,15 @@ from handrail.errors import (
     VersionConflict,
     WriteRefusedError,
 )
+from handrail.events import AuditEvent, AuditSubject
 from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.executor import WriteOutcome
-from handrail.exposure import Exposure, ExposureRequest, ModelCapabilities
 from handrail.gate import Gate
-from handrail.guard import ConversationGuard, MemoryGuardState
 from handrail.plans import Amount, Impact, Plan, PlanRecord, PlanState
-from handrail.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
 from handrail.principal import Principal
-from handrail.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
-from handrail.raw import RawRecord, RawResults
-from handrail.reconcile import Found, NoProof, NotExecuted, Reconciler
-from handrail.registry import Registry
-from handrail.routing import Intent, Route, Router
-from handrail.schema_store import SchemaStore
+from handrail.raw import RawRecord
+from handrail.record.audit import AuditSink, MemoryAuditSink
+from handrail.record.batching import AuditSinkHealth, AuditWriterState, BatchingAuditSink
+from handrail.record.raw_results import RawResults
 from handrail.shaping.budget import Budget, HeuristicTokens, TokenEstimator
 from handrail.shaping.continuation import continuation_tool
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
@@ -69,6 +63,7 @@ from handrail.shaping.project import Projection
 from handrail.shaping.redact import IpMode, Kind, RedactionAction, RedactionPolicy, Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.shaping.stream import StreamKind, TextStream
+from handrail.signing import SigningKey
 from handrail.spec import (
     BusinessValue,
     ConfirmationMode,
@@ -85,8 +80,10 @@ from handrail.spec import (
     ToolSpec,
 )
 from handrail.store import PostgresStore, SqliteStore, Store, open_store
-from handrail.validation import ArgumentLimits
-from handrail.writes import Writes
+from handrail.writes.confirmation import ConfirmationToken, Keyring
+from handrail.writes.outcome import WriteOutcome
+from handrail.writes.reconcile import Reconciler
+from handrail.writes.service import Writes
 
 __all__ = [
     "MODEL_INSTRUCTIONS",

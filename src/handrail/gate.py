@@ -16,13 +16,27 @@ import random
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from handrail.audit import Auditor, AuditSink
+from handrail.authz.guard import ConversationGuard
+from handrail.authz.policy import (
+    Decision,
+    Outcome,
+    Policy,
+    check_permissions,
+    describe,
+    refusal_for,
+)
+from handrail.authz.quota import Limiter
 from handrail.calls import ToolCall
+from handrail.checks.business import check_business_rules
+from handrail.checks.schema import validate_arguments
+from handrail.checks.syntax import ArgumentLimits, parse_arguments, refuse_defect
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
 from handrail.credentials import SecretLedger, SecretProvider, Secrets
 from handrail.deadline import DeadlineExceededError, within
-from handrail.definition import BoundArguments, Tool
+from handrail.declare.definition import BoundArguments, Tool
+from handrail.declare.exposure import Exposure
+from handrail.declare.registry import Registry
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import (
     ConfigurationError,
@@ -32,14 +46,10 @@ from handrail.errors import (
     ToolSignal,
     WriteRefusedError,
 )
-from handrail.execution import WriteOutcome
-from handrail.exposure import Exposure
-from handrail.guard import ConversationGuard
 from handrail.plans import PlanState
-from handrail.policy import Decision, Outcome, Policy, check_permissions, describe, refusal_for
 from handrail.principal import Principal
-from handrail.quota import Limiter
-from handrail.registry import Registry
+from handrail.record.audit import Auditor, AuditSink
+from handrail.record.trail import MAX_NAME_IN_AUDIT, CallTrail, count_denial, describe_exception
 from handrail.retry import Sleep, retrying
 from handrail.scheduler import CallPlan, TurnScheduler
 from handrail.shaping.budget import Budget, json_text
@@ -47,15 +57,8 @@ from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, IdempotencyMode
 from handrail.text import escape_lone_surrogates
-from handrail.trail import MAX_NAME_IN_AUDIT, CallTrail, count_denial, describe_exception
-from handrail.validation import (
-    ArgumentLimits,
-    check_business_rules,
-    parse_arguments,
-    refuse_defect,
-    validate_arguments,
-)
-from handrail.writes import Writes, proposal_envelope, stricter
+from handrail.writes.outcome import WriteOutcome
+from handrail.writes.service import Writes, proposal_envelope, stricter
 
 __all__ = ["Gate"]
 

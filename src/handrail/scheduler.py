@@ -18,7 +18,7 @@ from handrail.calls import ToolCall
 from handrail.clock import Clock
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ConfigurationError, ErrorCode, HandrailError
-from handrail.trail import MAX_NAME_IN_AUDIT
+from handrail.record.trail import MAX_NAME_IN_AUDIT
 
 __all__ = ["CallPlan", "Execute", "OnCancel", "TurnScheduler"]
 

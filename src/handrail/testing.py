@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from handrail.audit import MemoryAuditSink
 from handrail.calls import ToolCall
 from handrail.clock import FixedClock
 from handrail.envelope import Envelope
+from handrail.record.audit import MemoryAuditSink
 from handrail.store.memory import MemoryStore
 
 __all__ = [

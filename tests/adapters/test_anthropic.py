@@ -36,8 +36,8 @@ from handrail.adapters.base import (
     UnsupportedSchemaError,
     UntranslatableError,
 )
+from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
-from handrail.registry import Registry
 from handrail.shaping.marking import DataMarker, read_block
 from handrail.spec import SideEffect, ToolSpec
 

@@ -14,7 +14,7 @@ from handrail.adapters._strict import FORMATS, Restorer, make_strict, report_uns
 from handrail.adapters.base import IssueAction, SchemaIssue, UnsupportedSchemaError
 from handrail.adapters.openai_chat import OpenAIChatAdapter
 from handrail.adapters.openai_responses import OpenAIResponsesAdapter
-from handrail.schema import compile_validator
+from handrail.declare.schema import compile_validator
 
 STRICT_KEYWORDS = {
     "type",

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from handrail import RiskLevel, Tool, tool
 from handrail.adapters._strict import Restorer, make_strict
-from handrail.schema import ArgumentValidator, compile_validator
+from handrail.declare.schema import ArgumentValidator, compile_validator
 
 Triple = tuple[Any, Any, Any]
 """(original value, the value strict mode makes the model send, what restore must give)."""

@@ -39,16 +39,18 @@ from handrail import (
     ToolRetryable,
     tool,
 )
-from handrail.confirmation import Keyring, SigningKey
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NotExecuted, Reconciled
 from handrail.errors import StoreError
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 from handrail.fencing import run_in_thread
-from handrail.reconcile import Found, NotExecuted, PassReport, Reconciled, Reconciler
+from handrail.signing import SigningKey
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, ReconcilePolicy, RetryPolicy
 from handrail.store import Store
 from handrail.testing import FixedClock, MemoryAuditSink
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.reconcile import PassReport, Reconciler
+from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 

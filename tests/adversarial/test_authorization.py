@@ -21,7 +21,7 @@ from examples.payments import PaymentsApp, customer_ids
 from examples.payments import build_app as build_payments
 
 from handrail import Envelope, ErrorCode, Gate, Principal, Status, ToolCall
-from handrail.guard import ConversationGuard
+from handrail.authz.guard import ConversationGuard
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
 
 Statements = list[tuple[str, tuple[Any, ...]]]

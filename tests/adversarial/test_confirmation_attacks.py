@@ -35,16 +35,19 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.confirmation import Keyring, SigningKey
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NotExecuted, Reconciled
 from handrail.errors import ToolRetryable, WriteRefusedError
-from handrail.execution import ExecutionStatus, WriteOutcome, plan_key
+from handrail.execution import ExecutionStatus, plan_key
 from handrail.plans import PlanRecord, PlanState
-from handrail.reconcile import Found, NotExecuted, Reconciled, Reconciler
+from handrail.signing import SigningKey
 from handrail.spec import ConfirmationMode, ConfirmationPolicy
 from handrail.store import MemoryStore, Store
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.outcome import WriteOutcome
+from handrail.writes.reconcile import Reconciler
+from handrail.writes.service import Writes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.invariant(3)]
 

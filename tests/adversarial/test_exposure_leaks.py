@@ -28,8 +28,8 @@ from handrail.adapters import (
     exposed_definitions,
     tool_definitions,
 )
-from handrail.exposure import ExclusionReason, ExposureRequest, ModelCapabilities
-from handrail.routing import Intent, Router, RoutingError, RoutingProblem, Rule
+from handrail.authz.routing import Intent, Router, RoutingError, RoutingProblem, Rule
+from handrail.declare.exposure import ExclusionReason, ExposureRequest, ModelCapabilities
 from handrail.spec import ConfirmationPolicy
 
 FORBIDDEN_MARKER = "Qx7forbiddenMarker"

@@ -33,10 +33,10 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.confirmation import Keyring, SigningKey
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NotExecuted, Reconciled
 from handrail.execution import ExecutionStatus, command_key
-from handrail.reconcile import Found, NotExecuted, Reconciled, Reconciler
+from handrail.signing import SigningKey
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -46,7 +46,9 @@ from handrail.spec import (
 )
 from handrail.store import MemoryStore, SqlStore, Store
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.reconcile import Reconciler
+from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 

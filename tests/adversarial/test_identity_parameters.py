@@ -30,8 +30,8 @@ from handrail import (
     ToolContext,
     tool,
 )
+from handrail.authz.policy import Outcome, PolicyEngine, Resolved, Rule
 from handrail.errors import IdentityParameterError
-from handrail.policy import Outcome, PolicyEngine, Resolved, Rule
 from handrail.testing import MemoryAuditSink
 
 WireCheck = Callable[[Envelope, ToolCall], dict[str, Any]]

@@ -19,7 +19,7 @@ import anyio.to_thread
 import pytest
 
 from handrail import Principal, RiskLevel, SideEffect, ToolSpec
-from handrail.quota import Quota, QuotaPolicy, Rate, RateLimiter
+from handrail.authz.quota import Quota, QuotaPolicy, Rate, RateLimiter
 
 REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379

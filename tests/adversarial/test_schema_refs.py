@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from handrail import RiskLevel, SchemaStore, Tool
+from handrail.declare.schema import compile_validator, compile_validator_map
 from handrail.errors import SchemaError
-from handrail.schema import compile_validator, compile_validator_map
 
 
 @pytest.fixture

@@ -26,24 +26,24 @@ from handrail.adapters.anthropic import AnthropicAdapter
 from handrail.adapters.gemini import GeminiAdapter
 from handrail.adapters.openai_chat import OpenAIChatAdapter
 from handrail.adapters.openai_responses import OpenAIResponsesAdapter
-from handrail.audit import BatchingAuditSink
 from handrail.calls import ToolCall
 from handrail.clock import FixedClock
-from handrail.confirmation import Keyring, SigningKey
 from handrail.context import ToolContext
 from handrail.credentials import ScrubbingFilter, StaticSecretProvider
-from handrail.definition import tool
+from handrail.declare.definition import tool
+from handrail.declare.registry import Registry
 from handrail.envelope import Envelope
 from handrail.errors import ErrorCode
 from handrail.gate import Gate
 from handrail.principal import Principal
-from handrail.raw import RawResults
-from handrail.registry import Registry
+from handrail.record.batching import BatchingAuditSink
+from handrail.record.raw_results import RawResults
 from handrail.shaping.pages import Cursors
 from handrail.shaping.policy import RawKeeping, ResultPolicy
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.shaping.stream import StreamKind, TextStream
+from handrail.signing import SigningKey
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -53,7 +53,8 @@ from handrail.spec import (
     SideEffect,
 )
 from handrail.store import SqliteStore
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 

@@ -50,7 +50,8 @@ from handrail.adapters import (
 )
 from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters.transcript import pair_results
-from handrail.audit import AuditEvent, AuditSubject, AuditWriterState
+from handrail.events import AuditEvent, AuditSubject
+from handrail.record.batching import AuditWriterState
 from handrail.shaping.marking import DataMarker
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper

@@ -12,7 +12,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handrail.audit import summarize_arguments
+from handrail.record.audit import summarize_arguments
 
 LIMIT = 512
 KEY_CLIP = 48

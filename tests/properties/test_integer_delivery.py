@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handrail.schema import compile_validator
+from handrail.declare.schema import compile_validator
 
 SAFE = 2**53 - 1
 

@@ -15,8 +15,8 @@ from _json_strategies import json_scalars, json_values
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from handrail.checks.syntax import ArgumentLimits, parse_arguments
 from handrail.errors import ErrorCode, Refusal
-from handrail.validation import ArgumentLimits, parse_arguments
 
 SAFE = 2**53 - 1
 ROOMY = {"max_bytes": 1 << 22, "max_items": 100_000}
@@ -168,7 +168,7 @@ def test_the_text_prescan_never_skips_a_walk_that_would_refuse(
     ascii_only: bool,
     overflow: str,
 ) -> None:
-    from handrail.validation import _check_shape, _text_within_limits  # noqa: PLC0415
+    from handrail.checks.syntax import _check_shape, _text_within_limits  # noqa: PLC0415
 
     text = json.dumps(obj, ensure_ascii=ascii_only)
     if overflow:

@@ -49,15 +49,15 @@ from handrail import (
     ToolContext,
     tool,
 )
-from handrail.audit import AuditEvent
-from handrail.confirmation import Keyring, SigningKey
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NotExecuted, Reconciled
 from handrail.errors import (
     IllegalTransitionError,
     ToolFailed,
     ToolRetryable,
     WriteRefusedError,
 )
+from handrail.events import AuditEvent
 from handrail.execution import (
     ExecutionRecord,
     ExecutionStatus,
@@ -66,7 +66,7 @@ from handrail.execution import (
     plan_key,
 )
 from handrail.plans import PlanRecord, PlanState, check_plan_transition
-from handrail.reconcile import Found, NotExecuted, Reconciled, Reconciler
+from handrail.signing import SigningKey
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -76,7 +76,9 @@ from handrail.spec import (
 )
 from handrail.store import MemoryStore, SqlStore, Store
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.reconcile import Reconciler
+from handrail.writes.service import Writes
 
 pytestmark = [
     pytest.mark.invariant(3),

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from handrail.clock import FixedClock
-from handrail.confirmation import SigningKey
 from handrail.errors import ErrorCode, Refusal
 from handrail.principal import Principal
 from handrail.shaping.pages import Cursors
+from handrail.signing import SigningKey
 
 ALICE = Principal(user_id="alice", tenant_id="t1")
 BOB = Principal(user_id="bob", tenant_id="t1")

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from stdnum.cn import ric
 
-from handrail.shaping import _detectors
+from handrail.shaping import _detectors, _views
 from handrail.shaping._detectors import MIN_FINDING, Detectors
 from handrail.shaping.redact import IpMode, Kind, RedactionPolicy, Redactor
 
@@ -462,12 +462,12 @@ GATED = [
 
 
 def _windowed(gate: _detectors.Gate, pattern: re.Pattern[str], text: str) -> list[str]:
-    views = _detectors._Views.of(text)
+    views = _views.Views.of(text)
     runs = _detectors._high_entropy(text, views, [], hex_tokens=False)
     longest = max((end - start for start, end in runs), default=0)
     return [
         match.group()
-        for start, end in _detectors._lines(text, gate.anchors(views, runs, longest))
+        for start, end in _views.lines_holding(text, gate.anchors(views, runs, longest))
         for match in pattern.finditer(text, max(0, start - 1), end + 1)
     ]
 
@@ -816,7 +816,7 @@ def test_numbers_and_addresses_found_through_anchors_are_those_of_a_full_scan(
     parts: list[str], ip_mode: IpMode
 ) -> None:
     text = "".join(parts)
-    views = _detectors._Views.of(text)
+    views = _views.Views.of(text)
     windowed: list[tuple[int, int, int, Kind]] = []
     _detectors._numbers(text, views, windowed)
     _detectors._ips(text, views, windowed, everything=ip_mode is IpMode.ALL)
@@ -826,7 +826,7 @@ def test_numbers_and_addresses_found_through_anchors_are_those_of_a_full_scan(
 @settings(max_examples=200)
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
 def test_views_have_one_byte_per_character(text: str) -> None:
-    views = _detectors._Views.of(text)
+    views = _views.Views.of(text)
     assert len(views.raw) == len(views.low) == len(views.classes) == len(views.tokens) == len(text)
 
 
@@ -834,7 +834,7 @@ def test_views_have_one_byte_per_character(text: str) -> None:
 def test_characters_that_match_an_ascii_letter_case_insensitively_fold_in_the_views(
     char: str,
 ) -> None:
-    views = _detectors._Views.of(f"x{char}y")
+    views = _views.Views.of(f"x{char}y")
     assert re.fullmatch(chr(views.low[1]), char, re.IGNORECASE)
 
 

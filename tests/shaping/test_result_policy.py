@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from handrail.definition import tool
+from handrail.declare.definition import tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, RegistrationError
 from handrail.shaping.policy import Overflow, RawKeeping, ResultPolicy

@@ -12,16 +12,15 @@ from hypothesis import strategies as st
 
 from handrail.calls import ToolCall
 from handrail.clock import FixedClock
-from handrail.confirmation import Keyring, SigningKey
 from handrail.context import ToolContext
 from handrail.credentials import StaticSecretProvider
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
+from handrail.declare.registry import Registry
 from handrail.envelope import Envelope, Omission, Status, Trust
 from handrail.errors import ConfigurationError, ErrorCode, NeedsClarification
 from handrail.gate import Gate
 from handrail.principal import Principal
-from handrail.raw import RawResults
-from handrail.registry import Registry
+from handrail.record.raw_results import RawResults
 from handrail.shaping.budget import Budget, HeuristicTokens, json_size, json_text
 from handrail.shaping.continuation import continuation_tool
 from handrail.shaping.pages import Cursors
@@ -30,6 +29,7 @@ from handrail.shaping.project import Projection
 from handrail.shaping.redact import Kind, RedactionAction, RedactionPolicy, Redactor
 from handrail.shaping.shaper import CONTINUATION_TOOL, Shaper
 from handrail.shaping.stream import StreamKind, TextStream
+from handrail.signing import SigningKey
 from handrail.spec import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -39,7 +39,8 @@ from handrail.spec import (
     SideEffect,
 )
 from handrail.store import MemoryStore
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 

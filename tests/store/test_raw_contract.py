@@ -23,8 +23,8 @@ from alembic.config import Config
 from psycopg import sql
 
 from _stores import _admin_connection
-from handrail.audit import AuditEvent
 from handrail.errors import StoreError
+from handrail.events import AuditEvent
 from handrail.raw import RawRecord
 from handrail.store import PostgresStore, SqliteStore, SqlStore, Store
 from handrail.store._tables import metadata, raw_results

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from handrail.audit import STORED_WIDTHS, AuditEvent, AuditSubject
 from handrail.errors import ConfigurationError, StoreError
+from handrail.events import STORED_WIDTHS, AuditEvent, AuditSubject
 from handrail.store import PostgresStore, SqliteStore, Store, open_store
 from handrail.store._tables import audit_events, metadata
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from handrail import Gate, Principal, Registry, ToolCall
-from handrail.definition import BoundArguments, Tool
+from handrail.declare.definition import BoundArguments, Tool
 from handrail.envelope import Envelope, Status, Trust
 from handrail.errors import ConfigurationError, ErrorCode, ToolFailed
 from handrail.spec import RiskLevel, SideEffect

@@ -42,9 +42,9 @@ from handrail import (
     Writes,
 )
 from handrail.adapters import AnthropicAdapter, GeminiAdapter, OpenAIChatAdapter
+from handrail.declare.hooks import Found, NoProof, NotExecuted
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, NotFound, ToolFailed, ToolSignal, VersionConflict
-from handrail.reconcile import Found, NoProof, NotExecuted
 from handrail.testing import FixedClock, MemoryStore, sequential_ids
 from handrail.tools.sql import (
     PatchTarget,

@@ -36,10 +36,10 @@ from handrail import (
     WriteRefusedError,
     Writes,
 )
+from handrail.declare.hooks import Found, NoProof, NotExecuted
 from handrail.errors import ConfigurationError, Conflict, InvalidArgument, Refusal, StoreError
 from handrail.execution import plan_key
 from handrail.plans import Impact
-from handrail.reconcile import Found, NoProof, NotExecuted, Reconciler
 from handrail.spec import ConfirmationMode, IdempotencyMode, RiskLevel, SideEffect
 from handrail.testing import FixedClock, MemoryStore, sequential_ids
 from handrail.tools.workspace import _journal
@@ -58,6 +58,7 @@ from handrail.tools.workspace.edits import (
     rollback,
 )
 from handrail.tools.workspace.paths import Workspace
+from handrail.writes.reconcile import Reconciler
 
 pytestmark = pytest.mark.anyio
 

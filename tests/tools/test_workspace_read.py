@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from handrail import ErrorCode, Gate, Principal, Registry, Status, ToolCall
 from handrail.clock import FixedClock
 from handrail.context import ToolContext
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.envelope import Envelope, Trust
 from handrail.errors import ConfigurationError, InvalidArgument, ToolFailed
 from handrail.spec import RiskLevel, SideEffect

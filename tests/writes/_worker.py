@@ -33,11 +33,12 @@ from pydantic import Field
 # The parent imports this module with tests/ on its path; a child gets it in PYTHONPATH.
 from _threads import StartFirstPool
 from handrail import Principal, Registry, RiskLevel, SideEffect, ToolContext, tool
-from handrail.confirmation import Keyring, SigningKey
-from handrail.reconcile import Found, NotExecuted
+from handrail.declare.hooks import Found, NotExecuted
+from handrail.signing import SigningKey
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, ReconcilePolicy
 from handrail.store import open_store
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.service import Writes
 
 TOOL = "open_ticket"
 LATENCY_S = 0.2

@@ -36,8 +36,8 @@ from handrail import (
     tool,
 )
 from handrail.execution import plan_key
-from handrail.reconcile import Reconciler
 from handrail.testing import FixedClock, sequential_ids
+from handrail.writes.reconcile import Reconciler
 
 pytestmark = pytest.mark.anyio
 

@@ -25,16 +25,18 @@ import sqlalchemy as sa
 from pydantic import Field
 
 from handrail import Gate, Principal, Registry, RiskLevel, SideEffect, ToolCall, ToolContext, tool
-from handrail.confirmation import Keyring, SigningKey
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NotExecuted
 from handrail.errors import ErrorCode, ToolFailed, ToolRetryable
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 from handrail.plans import PlanState
-from handrail.reconcile import Found, NotExecuted, Reconciler
+from handrail.signing import SigningKey
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, ReconcilePolicy
 from handrail.store import SqlStore
 from handrail.testing import FixedClock, MemoryAuditSink
-from handrail.writes import Writes
+from handrail.writes.confirmation import Keyring
+from handrail.writes.reconcile import Reconciler
+from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 

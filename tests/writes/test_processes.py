@@ -25,14 +25,14 @@ from _worker import ABANDON_RECONCILE, ALICE, TOOL, Downstream, Hang, build_regi
 
 from handrail import Gate, ToolCall
 from handrail.clock import Clock, SystemClock
+from handrail.declare.registry import Registry
 from handrail.errors import ErrorCode
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 from handrail.plans import PlanState
-from handrail.reconcile import PassReport, Reconciler
-from handrail.registry import Registry
 from handrail.store import SqlStore
 from handrail.testing import FixedClock, MemoryAuditSink
-from handrail.writes import Writes
+from handrail.writes.reconcile import PassReport, Reconciler
+from handrail.writes.service import Writes
 
 WORKER = Path(__file__).with_name("_worker.py")
 TESTS = WORKER.parent.parent

@@ -41,10 +41,10 @@ from handrail.adapters.transcript import (
     UserTurn,
     pair_results,
 )
+from handrail.declare.exposure import ExposureRequest
+from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
-from handrail.exposure import ExposureRequest
 from handrail.principal import Principal
-from handrail.registry import Registry
 from handrail.spec import ToolSpec
 
 __all__ = [

@@ -25,10 +25,10 @@ from handrail.adapters.base import (
 )
 from handrail.adapters.transcript import AssistantTurn, ToolResultsTurn, Turn, UserTurn
 from handrail.calls import ToolCall
+from handrail.checks.syntax import ArgumentLimits, parse_arguments
 from handrail.errors import ConfigurationError, Refusal
 from handrail.shaping.marking import read_block
 from handrail.spec import ToolSpec
-from handrail.validation import ArgumentLimits, parse_arguments
 
 __all__ = [
     "Shape",

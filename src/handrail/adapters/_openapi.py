@@ -53,7 +53,7 @@ from urllib.parse import unquote
 
 from handrail.adapters._common import plain_json
 from handrail.adapters.base import IssueAction, SchemaIssue
-from handrail.schema import json_path
+from handrail.paths import json_path
 
 __all__ = ["GEMINI_TYPES", "to_openapi"]
 

@@ -17,8 +17,8 @@ from urllib.parse import unquote
 import jsonschema_rs
 
 from handrail.adapters._common import plain_json
+from handrail.declare.schema import compile_validator_map
 from handrail.errors import SchemaError
-from handrail.schema import compile_validator_map
 
 __all__ = ["Restorer", "admits_null", "resolve"]
 

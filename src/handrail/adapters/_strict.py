@@ -60,7 +60,7 @@ from typing import Any
 from handrail.adapters._common import plain_json
 from handrail.adapters._restore import Restorer, admits_null, resolve
 from handrail.adapters.base import IssueAction, SchemaIssue
-from handrail.schema import json_path
+from handrail.paths import json_path
 
 __all__ = ["FORMATS", "Restorer", "StrictSchema", "make_strict", "report_unsupported"]
 

@@ -45,7 +45,7 @@ from handrail.adapters.transcript import (
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
-from handrail.schema import json_path
+from handrail.paths import json_path
 from handrail.shaping.marking import DataMarker
 from handrail.spec import ToolSpec
 

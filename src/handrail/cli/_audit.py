@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from handrail.audit import AuditEvent
 from handrail.cli._common import (
     DEFAULT_DB,
     CliError,
@@ -20,6 +19,7 @@ from handrail.cli._common import (
     folding_table,
     one_line_errors,
 )
+from handrail.events import AuditEvent
 from handrail.store.sqlite import SqliteStore
 
 __all__ = ["audit_app"]

@@ -20,9 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from handrail.declare.registry import Registry
 from handrail.errors import HandrailError
 from handrail.principal import Principal
-from handrail.registry import Registry
 from handrail.spec import ToolSpec
 
 __all__ = [

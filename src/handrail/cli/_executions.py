@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 
-from handrail.audit import BatchingAuditSink
 from handrail.cli._common import (
     CliError,
     StoreOption,
@@ -26,7 +25,8 @@ from handrail.cli._common import (
 from handrail.cli._reconcile import open_existing_store
 from handrail.errors import WriteRefusedError
 from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.reconcile import resolve_by_person
+from handrail.record.batching import BatchingAuditSink
+from handrail.writes.reconcile import resolve_by_person
 
 __all__ = ["executions_app"]
 

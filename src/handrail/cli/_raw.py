@@ -20,7 +20,6 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from handrail.audit import Auditor, BatchingAuditSink
 from handrail.cli._common import (
     CliError,
     StoreOption,
@@ -32,7 +31,10 @@ from handrail.cli._reconcile import open_existing_store
 from handrail.clock import SystemClock
 from handrail.errors import AccessRefusedError
 from handrail.principal import Principal
-from handrail.raw import RAW_READ_PERMISSION, RawRecord, RawResults
+from handrail.raw import RawRecord
+from handrail.record.audit import Auditor
+from handrail.record.batching import BatchingAuditSink
+from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults
 
 __all__ = ["raw_app", "render_body", "shown"]
 

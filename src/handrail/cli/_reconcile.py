@@ -24,7 +24,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from handrail.audit import BatchingAuditSink
 from handrail.cli._common import (
     AppOption,
     CliError,
@@ -35,8 +34,9 @@ from handrail.cli._common import (
     one_line_errors,
 )
 from handrail.clock import Clock, SystemClock
-from handrail.reconcile import PassReport, Reconciler
+from handrail.record.batching import BatchingAuditSink
 from handrail.store import SqlStore, open_store
+from handrail.writes.reconcile import PassReport, Reconciler
 
 __all__ = ["open_existing_store", "reconcile"]
 

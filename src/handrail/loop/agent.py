@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from handrail.gate import Gate
     from handrail.spec import ToolSpec
     from handrail.store.base import Store
-    from handrail.writes import Writes
+    from handrail.writes.service import Writes
 
 __all__ = [
     "DEFAULT_SYSTEM",

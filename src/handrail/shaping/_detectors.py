@@ -20,17 +20,18 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 
 import phonenumbers
 from stdnum import iban, luhn
 from stdnum.cn import ric
 
-from handrail.shaping._provider_gates import GATES, PROVIDER_PLUGINS, Gate
-from handrail.shaping.redact import Finding, IpMode, Kind
+from handrail.shaping._provider_gates import GATES, PROVIDER_PLUGINS
+from handrail.shaping._views import CLASSES, TOKEN_PUNCTUATION, Views, finds, lines_holding
+from handrail.shaping.findings import Finding, IpMode, Kind
 
-__all__ = ["GATES", "MIN_FINDING", "PROVIDER_PLUGINS", "Detectors", "Gate"]
+__all__ = ["MIN_FINDING", "Detectors"]
+
 
 MIN_FINDING = 5
 """No text shorter than this holds a finding of any kind."""
@@ -54,77 +55,6 @@ _PLACEHOLDER = re.compile(
 )
 """What the Redactor writes in place of findings; never a finding itself."""
 
-# --- byte views --------------------------------------------------------------------------------
-
-
-def _table(mapping: Iterable[tuple[bytes, int]], default: int | None = None) -> bytes:
-    table = bytearray(range(256)) if default is None else bytearray([default] * 256)
-    for chars, to in mapping:
-        for ch in chars:
-            table[ch] = to
-    return bytes(table)
-
-
-_UPPER = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_LOWER = b"abcdefghijklmnopqrstuvwxyz"
-_DIGITS = b"0123456789"
-_TOKEN_PUNCTUATION = b"+/=_-"
-_CLASSES = _table([(_DIGITS, ord("0")), (_UPPER, ord("A")), (_LOWER, ord("a"))])
-"""ASCII digits become 0, capitals A, small letters a; the rest stays."""
-_TOKEN_MASK = _table([(_UPPER + _LOWER + _DIGITS + _TOKEN_PUNCTUATION, ord("x"))], ord(" "))
-"""Characters of base64 (either alphabet) and hex become x; the rest a space."""
-
-
-_FOLDS_TO_ASCII = "\u0130\u0131\u017f\u212a"
-"""The characters a case-insensitive pattern matches as an ASCII letter (capital I with
-dot and dotless i: i; long s: s; the Kelvin sign: k); the views show that letter."""
-_FOLDS = str.maketrans(dict(zip(_FOLDS_TO_ASCII, "iisk", strict=True)))
-
-
-@dataclass(frozen=True, slots=True)
-class _Views:
-    """One byte per character of a text, so that byte offsets are text offsets."""
-
-    raw: bytes
-    low: bytes
-    classes: bytes
-    tokens: bytes
-
-    @classmethod
-    def of(cls, text: str) -> _Views:
-        if not text.isascii() and any(ch in text for ch in _FOLDS_TO_ASCII):
-            text = text.translate(_FOLDS)
-        raw = text.encode("latin-1", "replace")  # beyond latin-1: one "?" each
-        return cls(
-            raw=raw,
-            low=raw.lower(),
-            classes=raw.translate(_CLASSES),
-            tokens=raw.translate(_TOKEN_MASK),
-        )
-
-
-def _finds(view: bytes, needle: bytes) -> Iterator[int]:
-    at = view.find(needle)
-    while at != -1:
-        yield at
-        at = view.find(needle, at + len(needle))
-
-
-def _lines(text: str, anchors: Iterable[int]) -> list[tuple[int, int]]:
-    """The distinct lines of `text` holding the anchors, in order, as (start, end)."""
-    spans: list[tuple[int, int]] = []
-    last_end = -1
-    for at in sorted(anchors):
-        if at < last_end:
-            continue
-        start = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        last_end = len(text) if end == -1 else end
-        spans.append((start, last_end))
-    return spans
-
-
-# --- personal data -----------------------------------------------------------------------------
 
 _EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{1,64}")
 _EMAIL_DOMAIN = re.compile(
@@ -194,7 +124,6 @@ address starting otherwise is global."""
 _MIN_IPV6_HEX_DIGITS = 4
 _MIN_IPV6_GROUPS = 2
 
-# --- credentials -------------------------------------------------------------------------------
 
 _PEM = re.compile(
     r"-{4,5} ?BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?) ?-{4,5}"
@@ -261,7 +190,6 @@ _MIN_WEAK_SECRET = 8
 _CODE_AFTER_VALUE = frozenset("()[],.")
 _NAME_LOOKBACK = 64
 
-# --- high entropy ------------------------------------------------------------------------------
 
 _MIN_TOKEN = 20
 _TOKEN_RUN = b"x" * _MIN_TOKEN
@@ -298,7 +226,7 @@ class Detectors:
 
     def scan(self, text: str, *, ip_mode: IpMode, hex_tokens: bool = False) -> list[Finding]:
         """`find` without its shortcut for short texts."""
-        views = _Views.of(text)
+        views = Views.of(text)
         found: list[_Candidate] = []
         runs = _high_entropy(text, views, found, hex_tokens=hex_tokens)
         self._provider_keys(text, views, runs, found)
@@ -347,7 +275,7 @@ class Detectors:
         return value
 
     def _provider_keys(
-        self, text: str, views: _Views, runs: list[tuple[int, int]], found: list[_Candidate]
+        self, text: str, views: Views, runs: list[tuple[int, int]], found: list[_Candidate]
     ) -> None:
         longest = max((end - start for start, end in runs), default=0)
         lines: dict[int, list[tuple[int, int]]] = {}  # by gate, each searched once
@@ -357,13 +285,10 @@ class Detectors:
                     _provider(text, match, found)
                 continue
             if id(gate) not in lines:
-                lines[id(gate)] = _lines(text, gate.anchors(views, runs, longest))
+                lines[id(gate)] = lines_holding(text, gate.anchors(views, runs, longest))
             for start, end in lines[id(gate)]:
                 for match in pattern.finditer(text, max(0, start - 1), end + 1):
                     _provider(text, match, found)
-
-
-# --- overlaps ----------------------------------------------------------------------------------
 
 
 def _resolve(found: list[_Candidate]) -> list[Finding]:
@@ -380,9 +305,6 @@ def _resolve(found: list[_Candidate]) -> list[Finding]:
         ends.insert(i, end)
         kinds.insert(i, kind)
     return [Finding(kind=k, start=s, end=e) for s, e, k in zip(starts, ends, kinds, strict=True)]
-
-
-# --- personal data -----------------------------------------------------------------------------
 
 
 def _emails(text: str, found: list[_Candidate]) -> None:
@@ -405,16 +327,16 @@ def _finds_str(text: str, needle: str) -> Iterator[int]:
         at = text.find(needle, at + 1)
 
 
-def _numbers(text: str, views: _Views, found: list[_Candidate]) -> None:
+def _numbers(text: str, views: Views, found: list[_Candidate]) -> None:
     classes = views.classes
     anchors = [
         at
         for needle in _NUMBER_ANCHORS
-        for at in _finds(classes, needle)
+        for at in finds(classes, needle)
         # Not the digits of a decimal fraction (0.5488135039...), which no detector takes.
         if at < 2 or classes[at - 1] != _DOT or classes[at - 2] != _ZERO  # noqa: PLR2004
     ]
-    for start, end in _lines(text, anchors):
+    for start, end in lines_holding(text, anchors):
         found.extend(
             (_RANK_PHONE, *span, Kind.PHONE)
             for span in _validated(_CN_MOBILE, text, start, end, _cn_mobile_end)
@@ -428,7 +350,7 @@ def _numbers(text: str, views: _Views, found: list[_Candidate]) -> None:
             (_RANK_CARD, *span, Kind.PAYMENT_CARD)
             for span in _validated(_CARD, text, start, end, _card_end)
         )
-    for start, end in _lines(text, _finds(classes, _IBAN_ANCHOR)):
+    for start, end in lines_holding(text, finds(classes, _IBAN_ANCHOR)):
         found.extend(
             (_RANK_IBAN, *span, Kind.IBAN)
             for span in _validated(_IBAN, text, start, end, _iban_end)
@@ -520,13 +442,13 @@ def _iban_end(match: re.Match[str]) -> int | None:
     return None
 
 
-def _ips(text: str, views: _Views, found: list[_Candidate], *, everything: bool) -> None:
+def _ips(text: str, views: Views, found: list[_Candidate], *, everything: bool) -> None:
     anchors = [m.start() for m in _IPV4_ANCHOR.finditer(views.raw)]
-    for start, end in _lines(text, anchors):
+    for start, end in lines_holding(text, anchors):
         for match in _IPV4.finditer(text, start, end):
             _ip(match, found, everything=everything)
     anchors = [m.start() for m in _IPV6_ANCHOR.finditer(views.raw)]
-    for start, end in _lines(text, anchors):
+    for start, end in lines_holding(text, anchors):
         for match in _IPV6.finditer(text, start, end):
             candidate = match.group()
             if "::" in candidate and "." not in candidate:
@@ -550,9 +472,6 @@ def _ip(match: re.Match[str], found: list[_Candidate], *, everything: bool) -> N
         return
     if everything or not address.is_global:
         found.append((_RANK_IP, match.start(), match.end(), Kind.IP_ADDRESS))
-
-
-# --- credentials -------------------------------------------------------------------------------
 
 
 def _provider(text: str, match: re.Match[str], found: list[_Candidate]) -> None:
@@ -614,14 +533,14 @@ def _url_passwords(text: str, found: list[_Candidate]) -> None:
     )
 
 
-def _assignments(text: str, views: _Views, found: list[_Candidate]) -> None:
+def _assignments(text: str, views: Views, found: list[_Candidate]) -> None:
     """Literal values assigned to names ending in a secret's keyword; the value only.
 
     `password = "..."`, `PASSWORD=...`, `"api_key": "..."`, `Authorization: Bearer ...`,
     but not `password = get_password()` nor `password: str`.
     """
     low = views.low
-    for at in sorted(at for start in _KEYWORD_STARTS for at in _finds(low, start)):
+    for at in sorted(at for start in _KEYWORD_STARTS for at in finds(low, start)):
         match = _KEYWORD.match(low, at)
         if match is None or not _name_boundary(text, at):
             continue
@@ -701,11 +620,8 @@ def _looks_random(value: str) -> bool:
     return len(value) >= _MIN_WEAK_SECRET and any(ch.isdigit() for ch in value)
 
 
-# --- high entropy ------------------------------------------------------------------------------
-
-
 def _high_entropy(
-    text: str, views: _Views, found: list[_Candidate], *, hex_tokens: bool
+    text: str, views: Views, found: list[_Candidate], *, hex_tokens: bool
 ) -> list[tuple[int, int]]:
     """Record random-looking tokens; return every run of 20 or more token characters."""
     tokens, classes = views.tokens, views.classes
@@ -758,12 +674,12 @@ def _random(token: str, *, hex_tokens: bool) -> bool:
     if _HEX_TOKEN.fullmatch(token):
         digits = token.removeprefix("0x").replace("-", "")
         return hex_tokens and not digits.isdigit() and _entropy(digits.lower()) > _HEX_ENTROPY
-    shape = token.encode("latin-1", "replace").translate(_CLASSES)
+    shape = token.encode("latin-1", "replace").translate(CLASSES)
     if not (b"A" in shape and b"a" in shape and b"0" in shape):
         return False
     if _entropy(token) <= min(_MAX_ENTROPY_THRESHOLD, math.log2(len(token)) - _ENTROPY_MARGIN):
         return False
-    core = shape.translate(None, _TOKEN_PUNCTUATION)  # separators of names and paths
+    core = shape.translate(None, TOKEN_PUNCTUATION)  # separators of names and paths
     switching = (len(_CLASS_RUN.findall(core)) - 1) / (len(core) - 1)
     wordy = sum(map(len, _WORD.findall(token))) / len(token)
     return switching - _WORDINESS_WEIGHT * wordy > _MIN_SWITCHING

@@ -37,7 +37,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 if TYPE_CHECKING:
-    from handrail.shaping._detectors import _Views
+    from handrail.shaping._views import Views
 
 __all__ = ["GATES", "PROVIDER_PLUGINS", "Gate"]
 
@@ -85,7 +85,7 @@ class Gate:
     pattern: re.Pattern[bytes] | None = None
     min_token: int = 0
 
-    def anchors(self, views: _Views, runs: list[tuple[int, int]], longest: int) -> list[int]:
+    def anchors(self, views: Views, runs: list[tuple[int, int]], longest: int) -> list[int]:
         """Positions of the anchors, given the token runs of the text and the longest."""
         if longest < self.min_token:
             return []

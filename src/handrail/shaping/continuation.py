@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from handrail.authz.policy import check_permissions
 from handrail.context import ToolContext
-from handrail.definition import Tool, tool
-from handrail.policy import check_permissions
+from handrail.declare.definition import Tool, tool
 from handrail.shaping.pages import MAX_CURSOR, Page
 from handrail.spec import RiskLevel, ToolSpec
 
 if TYPE_CHECKING:
-    from handrail.registry import Registry
+    from handrail.declare.registry import Registry
     from handrail.shaping.shaper import Shaper
 
 __all__ = ["continuation_tool"]

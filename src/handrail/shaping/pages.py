@@ -24,10 +24,10 @@ from typing import Any
 import rfc8785
 
 from handrail.clock import Clock
-from handrail.confirmation import SigningKey
 from handrail.envelope import Omission, Trust
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
 from handrail.principal import Principal
+from handrail.signing import SigningKey
 
 __all__ = ["CURSOR_PREFIX", "MAX_CURSOR", "CursorClaims", "Cursors", "Page"]
 

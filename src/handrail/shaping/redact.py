@@ -17,9 +17,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from handrail.errors import ConfigurationError
+from handrail.shaping.findings import Finding, IpMode, Kind
 
 if TYPE_CHECKING:
     from handrail.shaping._detectors import Detectors
+
 
 __all__ = [
     "Finding",
@@ -32,24 +34,9 @@ __all__ = [
     "Redactor",
 ]
 
+
 _MIN_HASH_KEY_BYTES: Final = 16
 _HASH_HEX_CHARS: Final = 12
-
-
-class Kind(StrEnum):
-    """What a finding is; the key of `Envelope.redacted` and of per-kind actions."""
-
-    EMAIL = "email"
-    PHONE = "phone"
-    PRC_ID = "prc_id"
-    PAYMENT_CARD = "payment_card"
-    IBAN = "iban"
-    IP_ADDRESS = "ip_address"
-    CREDENTIAL = "credential"
-    """API keys of known providers, JWTs, private keys, passwords in URLs and
-    connection strings, password assignments."""
-    HIGH_ENTROPY = "high_entropy"
-    """Strings that look random enough to be a secret of no known format."""
 
 
 class RedactionAction(StrEnum):
@@ -64,15 +51,6 @@ class RedactionAction(StrEnum):
     of text)."""
     KEEP = "keep"
     """Left as it is (for a kind a tool must show, such as IPs of a network tool)."""
-
-
-class IpMode(StrEnum):
-    """Which IP addresses count as findings."""
-
-    OFF = "off"
-    PRIVATE = "private"
-    """Private, loopback, link-local and other non-global addresses: internal topology."""
-    ALL = "all"
 
 
 _NO_ACTIONS: Mapping[Kind, RedactionAction] = MappingProxyType({})
@@ -106,15 +84,6 @@ class RedactionPolicy:
         return self.default is RedactionAction.KEEP and all(
             action is RedactionAction.KEEP for action in self.actions.values()
         )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Finding:
-    """One match in a text: `text[start:end]` is a value of `kind`."""
-
-    kind: Kind
-    start: int
-    end: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,7 +34,7 @@ from handrail.shaping.stream import StreamKind, TextStream
 if TYPE_CHECKING:
     from handrail.credentials import SecretLedger
     from handrail.principal import Principal
-    from handrail.raw import RawResults
+    from handrail.record.raw_results import RawResults
     from handrail.shaping.pages import Cursors
     from handrail.shaping.redact import Redactor
     from handrail.spec import ToolSpec

@@ -30,7 +30,11 @@ import psycopg
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
 from handrail.errors import StoreError
-from handrail.store.sql import claim_statement, insert_execution_statement, replace_statements
+from handrail.store._statements import (
+    claim_statement,
+    insert_execution_statement,
+    replace_statements,
+)
 
 __all__ = ["AsyncExecutions", "PoolStats"]
 

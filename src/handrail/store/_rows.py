@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from handrail.audit import AuditEvent, AuditSubject
+from handrail.events import AuditEvent, AuditSubject
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.raw import RawRecord

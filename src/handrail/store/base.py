@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from handrail.audit import AuditEvent
+from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
@@ -32,7 +32,7 @@ class Store(Protocol):
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
         """Write events atomically, in order. Raises StoreError on failure.
 
-        Text is kept as `handrail.audit.storable_events` makes it: a NUL or a lone
+        Text is kept as `handrail.events.storable_events` makes it: a NUL or a lone
         surrogate escaped, text longer than its column clipped.
         """
         ...

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from handrail.audit import AuditEvent, storable_events
 from handrail.errors import StoreError
+from handrail.events import AuditEvent, storable_events
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord

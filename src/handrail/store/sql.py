@@ -11,18 +11,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.dialects import postgresql, sqlite
 
-from handrail.audit import AuditEvent, AuditSubject, storable_events
 from handrail.errors import StoreError
+from handrail.events import AuditEvent, AuditSubject, storable_events
 from handrail.execution import (
-    TOMBSTONE_ARGUMENTS,
-    TOMBSTONE_PRINCIPAL,
     ExecutionRecord,
     ExecutionStatus,
 )
@@ -31,8 +28,6 @@ from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_successor
 from handrail.spec import ConfirmationMode
 from handrail.store._rows import EVENT_FIELDS as _EVENT_FIELDS
-from handrail.store._rows import EXECUTION_MUTABLE as _EXECUTION_MUTABLE
-from handrail.store._rows import RAW_LISTED as _RAW_LISTED
 from handrail.store._rows import SUBJECT_FIELDS as _SUBJECT_FIELDS
 from handrail.store._rows import aware as _aware
 from handrail.store._rows import event_row as _row
@@ -46,207 +41,42 @@ from handrail.store._rows import raw_row as _raw_row
 from handrail.store._rows import run_of as _run
 from handrail.store._rows import run_row as _run_row
 from handrail.store._rows import utc as _utc
+from handrail.store._statements import (
+    LIST_RAW,
+    LOCK_PLAN,
+    MOVE_PLAN,
+    PURGE_EXECUTIONS,
+    PURGE_RAW,
+    RECLAIM_EXECUTION,
+    REPLACE_EXECUTION,
+    SELECT_APPROVERS,
+    SELECT_EXECUTION,
+    SELECT_PLAN,
+    SELECT_RAW,
+    SELECT_RUN,
+    STARTED,
+    UPDATE_RUN,
+    Statements,
+)
 
 if TYPE_CHECKING:
     from handrail.store._pg_async import AsyncExecutions
 from handrail.store._tables import (
     audit_events,
     executions,
-    plan_approvals,
-    plan_nonces,
-    plans,
     raw_results,
     runs,
 )
 
-__all__ = [
-    "SqlStore",
-    "claim_statement",
-    "execution_params",
-    "execution_row",
-    "insert_execution_statement",
-    "replace_statements",
-]
+__all__ = ["SqlStore", "execution_params", "execution_row"]
+
 
 T = TypeVar("T")
-
-_NOT_STARTED = (ExecutionStatus.PREPARED.value, ExecutionStatus.FAILED_FINAL.value)
 
 
 def _immediate(connection: sa.Connection) -> sa.Connection:
     # Honoured by SqliteStore's BEGIN handler; other backends ignore the option.
     return connection.execution_options(handrail_immediate=True)
-
-
-_P = plans.c
-_E = executions.c
-# A plan reads as EXECUTED once a SUCCEEDED record of it exists: the outcome is written
-# in one statement, and the plan's state can never disagree with its record.
-_SELECT_PLAN = sa.select(
-    plans,
-    sa.exists()
-    .where(
-        executions.c.plan_id == _P.plan_id,
-        executions.c.status == ExecutionStatus.SUCCEEDED.value,
-    )
-    .label("succeeded"),
-).where(_P.plan_id == sa.bindparam("k_plan"))
-_SELECT_APPROVERS = sa.select(plan_approvals.c.user_id).where(
-    plan_approvals.c.plan_id == sa.bindparam("k_plan"),
-)
-_LOCK_PLAN = sa.select(_P.state).where(_P.plan_id == sa.bindparam("k_plan")).with_for_update()
-_STARTED = sa.select(_E.idempotency_key).where(
-    _E.plan_id == sa.bindparam("k_plan"),
-    _E.status.not_in(_NOT_STARTED),
-)
-_MOVE_PLAN = (
-    plans.update()
-    .where(
-        _P.plan_id == sa.bindparam("k_plan"),
-        _P.state == sa.bindparam("k_state"),
-        _P.version == sa.bindparam("k_version"),
-    )
-    .values(
-        state=sa.bindparam("v_state"),
-        version=sa.bindparam("v_version"),
-        updated_at=sa.bindparam("v_at", type_=_P.updated_at.type),
-    )
-)
-_SELECT_EXECUTION = sa.select(executions).where(_E.idempotency_key == sa.bindparam("k_key"))
-# A purge keeps the row, so the key stays taken: what ExecutionRecord.tombstone() keeps.
-_PURGE_EXECUTIONS = (
-    executions.update()
-    .where(
-        _E.status.in_([ExecutionStatus.SUCCEEDED.value, ExecutionStatus.FAILED_FINAL.value]),
-        _E.retain_until <= sa.bindparam("k_now", type_=_E.retain_until.type),
-    )
-    .values(
-        arguments=TOMBSTONE_ARGUMENTS,
-        principal=TOMBSTONE_PRINCIPAL,
-        result=None,
-        retain_until=None,
-        purged_at=sa.bindparam("v_purged_at", type_=_E.purged_at.type),
-        version=_E.version + 1,
-    )
-)
-_R = raw_results.c
-_SELECT_RAW = sa.select(raw_results).where(_R.ref == sa.bindparam("k_ref"))
-_LIST_RAW = (
-    sa.select(*(_R[name] for name in _RAW_LISTED))
-    .where(_R.tenant_id == sa.bindparam("k_tenant"))
-    .order_by(_R.created_at.desc(), _R.ref.desc())
-    .limit(sa.bindparam("k_limit"))
-)
-_PURGE_RAW = raw_results.delete().where(
-    _R.expires_at <= sa.bindparam("k_before", type_=_R.expires_at.type),
-)
-
-
-_U = runs.c
-_SELECT_RUN = sa.select(runs).where(_U.run_id == sa.bindparam("k_run"))
-_UPDATE_RUN = (
-    runs.update()
-    .where(_U.run_id == sa.bindparam("k_run"), _U.version == sa.bindparam("k_version"))
-    .values(
-        state=sa.bindparam("v_state"),
-        version=sa.bindparam("v_version"),
-        updated_at=sa.bindparam("v_at", type_=_U.updated_at.type),
-        data=sa.bindparam("v_data", type_=_U.data.type),
-    )
-)
-
-
-def _replace_statement(*, owner: bool, valid: bool, plan: bool = False) -> sa.Update:
-    conditions = [
-        _E.idempotency_key == sa.bindparam("k_key"),
-        _E.status == sa.bindparam("k_status"),
-        _E.version == sa.bindparam("k_version"),
-    ]
-    if owner:
-        conditions.append(_E.lease_owner == sa.bindparam("k_owner"))
-    if valid:
-        conditions.append(
-            _E.lease_expires_at > sa.bindparam("k_valid", type_=_E.lease_expires_at.type),
-        )
-    if plan:
-        # Only while the record's plan is CONFIRMED, read FOR SHARE like the claim.
-        confirmed = (
-            sa.select(_P.plan_id)
-            .where(_P.plan_id == _E.plan_id, _P.state == PlanState.CONFIRMED.value)
-            .with_for_update(read=True)
-        )
-        conditions.append(sa.exists(confirmed))
-    values = {name: sa.bindparam(f"v_{name}", type_=_E[name].type) for name in _EXECUTION_MUTABLE}
-    return executions.update().where(*conditions).values(values)
-
-
-_RECLAIM_EXECUTION = _replace_statement(owner=False, valid=False, plan=True)
-
-
-_REPLACE_EXECUTION = {
-    (owner, valid): _replace_statement(owner=owner, valid=valid)
-    for owner in (False, True)
-    for valid in (False, True)
-}
-
-
-def replace_statements() -> dict[tuple[bool, bool], sa.Update]:
-    """The compare-and-set UPDATEs of a record, by (checks lease owner, checks expiry)."""
-    return dict(_REPLACE_EXECUTION)
-
-
-def _dialect_insert(dialect: str) -> Callable[[sa.Table], Any]:
-    if dialect == "postgresql":
-        return postgresql.insert
-    if dialect == "sqlite":
-        return sqlite.insert
-    raise StoreError(f"no insert-on-conflict for dialect {dialect!r}")  # pragma: no cover
-
-
-def _ignoring_conflict(dialect: str, table: sa.Table) -> Any:  # noqa: ANN401 - dialect insert
-    # SQLAlchemy keeps an INSERT's row count only when asked; it says who won.
-    statement = _dialect_insert(dialect)(table).on_conflict_do_nothing()
-    return statement.execution_options(preserve_rowcount=True)
-
-
-def insert_execution_statement(dialect: str) -> Any:  # noqa: ANN401 - dialect insert
-    """INSERT INTO executions ... ON CONFLICT DO NOTHING."""
-    return _ignoring_conflict(dialect, executions)
-
-
-def claim_statement(dialect: str) -> Any:  # noqa: ANN401 - dialect insert
-    """The claim of a planned write: the insert, only while its plan is CONFIRMED.
-
-    INSERT ... SELECT (the row's values) FROM plans WHERE plan_id = :k_plan AND state =
-    'CONFIRMED' FOR SHARE ... ON CONFLICT DO NOTHING: a withdrawal in flight (which
-    locks the plan FOR UPDATE) finishes first, then this statement sees its outcome.
-    SQLite ignores FOR SHARE; it has one writer at a time.
-    """
-    columns = [c.name for c in executions.columns]
-    source = (
-        sa.select(*(sa.bindparam(name, type_=_E[name].type) for name in columns))
-        .select_from(plans)
-        .where(_P.plan_id == sa.bindparam("k_plan"), _P.state == PlanState.CONFIRMED.value)
-        .with_for_update(read=True)
-    )
-    return (
-        _dialect_insert(dialect)(executions)
-        .from_select(columns, source)
-        .on_conflict_do_nothing()
-        .execution_options(preserve_rowcount=True)
-    )
-
-
-class _Statements:
-    """The dialect-specific statements (insert-on-conflict), built once per store."""
-
-    def __init__(self, dialect: str) -> None:
-        self.insert_plan = _ignoring_conflict(dialect, plans)
-        self.insert_nonce = _ignoring_conflict(dialect, plan_nonces)
-        self.insert_approval = _ignoring_conflict(dialect, plan_approvals)
-        self.insert_execution = insert_execution_statement(dialect)
-        self.claim_execution = claim_statement(dialect)
-        self.insert_run = _ignoring_conflict(dialect, runs)
 
 
 class SqlStore:
@@ -260,7 +90,7 @@ class SqlStore:
         """
         self._engine = engine
         self._autocommit = autocommit or engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._sql = _Statements(engine.dialect.name)
+        self._sql = Statements(engine.dialect.name)
 
     @property
     def engine(self) -> sa.Engine:
@@ -388,13 +218,13 @@ class SqlStore:
         """The plan, with its approvals when it is an APPROVE plan."""
 
         def read(connection: sa.Connection) -> PlanRecord | None:
-            row = connection.execute(_SELECT_PLAN, {"k_plan": plan_id}).mappings().first()
+            row = connection.execute(SELECT_PLAN, {"k_plan": plan_id}).mappings().first()
             if row is None:
                 return None
             approvers: frozenset[str] = frozenset()
             if row["confirmation"] == ConfirmationMode.APPROVE.value:
                 approvers = frozenset(
-                    connection.execute(_SELECT_APPROVERS, {"k_plan": plan_id}).scalars(),
+                    connection.execute(SELECT_APPROVERS, {"k_plan": plan_id}).scalars(),
                 )
             return _plan(row, approvers)
 
@@ -429,11 +259,11 @@ class SqlStore:
 
         def move(c: sa.Connection) -> bool:
             if guarded:
-                if c.execute(_LOCK_PLAN, params).first() is None:
+                if c.execute(LOCK_PLAN, params).first() is None:
                     return False
-                if c.execute(_STARTED, params).first() is not None:
+                if c.execute(STARTED, params).first() is not None:
                     return False
-            return c.execute(_MOVE_PLAN, params).rowcount == 1
+            return c.execute(MOVE_PLAN, params).rowcount == 1
 
         if guarded and connection is None:
             try:
@@ -451,7 +281,7 @@ class SqlStore:
         """
         found = self._read(
             "plan lock",
-            lambda c: c.execute(_LOCK_PLAN, {"k_plan": plan_id}).scalar(),
+            lambda c: c.execute(LOCK_PLAN, {"k_plan": plan_id}).scalar(),
             connection,
         )
         return None if found is None else PlanState(found)
@@ -512,7 +342,7 @@ class SqlStore:
         """The record of a key."""
 
         def read(c: sa.Connection) -> ExecutionRecord | None:
-            row = c.execute(_SELECT_EXECUTION, {"k_key": key}).mappings().first()
+            row = c.execute(SELECT_EXECUTION, {"k_key": key}).mappings().first()
             return None if row is None else _execution(row)
 
         return self._read("execution read", read, connection)
@@ -537,9 +367,9 @@ class SqlStore:
             lease_valid_at=lease_valid_at,
         )
         statement = (
-            _RECLAIM_EXECUTION
+            RECLAIM_EXECUTION
             if require_confirmed_plan
-            else _REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
+            else REPLACE_EXECUTION[(lease_owner is not None, lease_valid_at is not None)]
         )
         return self._write(
             "execution update",
@@ -620,7 +450,7 @@ class SqlStore:
         params = {"k_now": _utc(now), "v_purged_at": _utc(now)}
         return self._write(
             "execution purge",
-            lambda conn: int(conn.execute(_PURGE_EXECUTIONS, params).rowcount),
+            lambda conn: int(conn.execute(PURGE_EXECUTIONS, params).rowcount),
             None,
             single=True,
         )
@@ -641,7 +471,7 @@ class SqlStore:
         """The record of a ref, with its body."""
 
         def read(c: sa.Connection) -> RawRecord | None:
-            row = c.execute(_SELECT_RAW, {"k_ref": ref}).mappings().first()
+            row = c.execute(SELECT_RAW, {"k_ref": ref}).mappings().first()
             return None if row is None else _raw(row)
 
         return self._read("raw read", read, None)
@@ -650,7 +480,7 @@ class SqlStore:
         """Delete the records with `expires_at <= before`; how many."""
         return self._write(
             "raw purge",
-            lambda c: int(c.execute(_PURGE_RAW, {"k_before": _utc(before)}).rowcount),
+            lambda c: int(c.execute(PURGE_RAW, {"k_before": _utc(before)}).rowcount),
             None,
             single=True,
         )
@@ -660,7 +490,7 @@ class SqlStore:
         params = {"k_tenant": tenant_id, "k_limit": max(0, limit)}
         return self._read(
             "raw list",
-            lambda c: [_raw(r) for r in c.execute(_LIST_RAW, params).mappings()],
+            lambda c: [_raw(r) for r in c.execute(LIST_RAW, params).mappings()],
             None,
         )
 
@@ -689,7 +519,7 @@ class SqlStore:
         }
         return self._write(
             "run update",
-            lambda c: c.execute(_UPDATE_RUN, params).rowcount == 1,
+            lambda c: c.execute(UPDATE_RUN, params).rowcount == 1,
             None,
             single=True,
         )
@@ -698,7 +528,7 @@ class SqlStore:
         """The run of an id."""
 
         def read(c: sa.Connection) -> RunRecord | None:
-            row = c.execute(_SELECT_RUN, {"k_run": run_id}).mappings().first()
+            row = c.execute(SELECT_RUN, {"k_run": run_id}).mappings().first()
             return None if row is None else _run(row)
 
         return self._read("run read", read, None)
@@ -711,11 +541,11 @@ class SqlStore:
         limit: int = 50,
     ) -> list[RunRecord]:
         """Matching runs, most recently updated first."""
-        query = sa.select(runs).order_by(_U.updated_at.desc(), _U.run_id.desc())
+        query = sa.select(runs).order_by(runs.c.updated_at.desc(), runs.c.run_id.desc())
         if tenant_id is not None:
-            query = query.where(_U.tenant_id == tenant_id)
+            query = query.where(runs.c.tenant_id == tenant_id)
         if state is not None:
-            query = query.where(_U.state == state.value)
+            query = query.where(runs.c.state == state.value)
         query = query.limit(max(0, limit))
         return self._read(
             "runs read",

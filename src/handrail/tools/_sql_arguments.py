@@ -16,9 +16,9 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.identity import check_identity_parameters
 from handrail.errors import ConfigurationError, IdentityParameterError, InvalidArgument
-from handrail.schema import check_identity_parameters
 
 __all__ = [
     "UNUSABLE_TYPE",

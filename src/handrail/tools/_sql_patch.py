@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.context import ToolContext
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NoProof, NotExecuted, Reconciled
 from handrail.envelope import Trust
 from handrail.errors import (
     ConfigurationError,
@@ -35,7 +36,6 @@ from handrail.errors import (
     VersionConflict,
 )
 from handrail.plans import Impact
-from handrail.reconcile import Found, NoProof, NotExecuted, Reconciled
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import (
     ConfirmationMode,

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from handrail.context import ToolContext
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, ToolFailed
 from handrail.shaping.policy import ResultPolicy

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from handrail.context import ToolContext
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, ToolFailed
 from handrail.shaping.excerpt import Excerpt

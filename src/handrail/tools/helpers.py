@@ -18,7 +18,7 @@ import rfc8785
 from pydantic import Field
 
 from handrail.canonical import canonical_json, sha256_hex
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument
 from handrail.shaping.policy import ResultPolicy

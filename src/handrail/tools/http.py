@@ -24,7 +24,7 @@ import httpx
 from pydantic import Field
 
 from handrail.context import ToolContext
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, ErrorCode, NotFound, ToolFailed, ToolRetryable
 from handrail.shaping.policy import ResultPolicy

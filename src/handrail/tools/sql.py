@@ -14,7 +14,7 @@ The parts live in private modules: `_sql_config` (configuration), `_sql_argument
 
 from __future__ import annotations
 
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.errors import ConfigurationError
 from handrail.tools._sql_config import PatchTarget, QueryTemplate, SqlConfig, sql_engine
 from handrail.tools._sql_database import Database

@@ -34,6 +34,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from handrail.declare.hooks import Found, NoProof, NotExecuted, Reconciled
 from handrail.errors import (
     ConfigurationError,
     InvalidArgument,
@@ -44,7 +45,6 @@ from handrail.errors import (
     ToolSignal,
     VersionConflict,
 )
-from handrail.reconcile import Found, NoProof, NotExecuted, Reconciled
 from handrail.tools.workspace.paths import Workspace, WorkspaceFile
 
 __all__ = [

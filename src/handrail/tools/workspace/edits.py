@@ -22,7 +22,8 @@ from pydantic import Field
 
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
+from handrail.declare.hooks import Reconciled
 from handrail.envelope import Trust
 from handrail.errors import (
     ConfigurationError,
@@ -35,7 +36,6 @@ from handrail.errors import (
 )
 from handrail.plans import Impact
 from handrail.principal import Principal
-from handrail.reconcile import Reconciled
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import (
     ConfirmationMode,

@@ -24,7 +24,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 from pydantic import Field
 
 from handrail.context import ToolContext
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.policy import ResultPolicy

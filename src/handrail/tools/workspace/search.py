@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from handrail.context import ToolContext
-from handrail.definition import Tool, tool
+from handrail.declare.definition import Tool, tool
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.policy import ResultPolicy

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from handrail.adapters.base import ToolChoice, ToolChoiceMode
+from handrail.declare.exposure import ExclusionReason, Exposure, never_exposed
+from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
-from handrail.exposure import ExclusionReason, Exposure, never_exposed
-from handrail.registry import Registry
 from handrail.spec import ToolSpec
 
 __all__ = [

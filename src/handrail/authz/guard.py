@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from handrail.authz.policy import Decision, Outcome, denied
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
-from handrail.policy import Decision, Outcome, denied
 from handrail.principal import Principal
 from handrail.spec import ToolSpec
 

@@ -53,16 +53,17 @@ from typing import Any
 import jsonschema_rs
 
 from handrail.errors import IdentityParameterError, RegistrationError, SchemaError, SignatureError
+from handrail.paths import escape_pointer, json_path
 from handrail.spec import BusinessValue
 
 __all__ = [
     "IdentityName",
     "asks_for_identity",
     "check_identity_parameters",
-    "escape_pointer",
     "find_identity_names",
     "take_declarations",
 ]
+
 
 # Rule 1: the whole name, words run together.
 _WHOLE = frozenset(
@@ -363,14 +364,7 @@ def _pattern_asks(pattern: str) -> bool:
     return _singles_out_identity(validator.is_valid)
 
 
-def escape_pointer(token: str) -> str:
-    """One JSON Pointer reference token (RFC 6901): `~` as `~0`, `/` as `~1`."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def _display(path: list[str]) -> str:
-    # Imported here: `schema` imports this module for its identity check.
-    from handrail.schema import json_path  # noqa: PLC0415
 
     return json_path(path)
 

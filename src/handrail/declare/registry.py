@@ -15,12 +15,13 @@ import threading
 from collections.abc import Callable, Iterator
 from types import MappingProxyType
 
-from handrail.audit import Auditor, AuditSink, AuditSubject
 from handrail.clock import Clock, SystemClock
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.exposure import Exposure, ExposureRequest, barred, select_tools
 from handrail.errors import DuplicateToolError, UnknownToolError
-from handrail.exposure import Exposure, ExposureRequest, barred, select_tools
+from handrail.events import AuditSubject
 from handrail.principal import Principal
+from handrail.record.audit import Auditor, AuditSink
 from handrail.spec import ToolSpec
 
 __all__ = ["Registry"]

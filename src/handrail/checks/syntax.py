@@ -1,8 +1,10 @@
-"""Validation stages 1-3: JSON syntax, JSON Schema, business rules; each its own code.
+"""Stage 1, JSON syntax: whatever the provider sent, as a plain JSON object within limits.
 
-Stage 1 turns whatever the provider sent into a plain JSON object within limits.
-Stage 2 checks it against the tool's schema and builds typed arguments. Stage 3 runs
-the tool's business validators. None of them authorizes or executes anything.
+Refuses (INVALID_ARGUMENTS) text that is not an object, duplicate keys, NaN and
+infinities, numbers no JSON consumer reads alike, lone surrogates, and documents
+beyond the size, depth and count limits, before anything else looks at them. Also the
+refusal of a call an adapter marked as defective (a truncated stream). Never looks at
+a tool's schema.
 """
 
 from __future__ import annotations
@@ -12,22 +14,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from handrail.errors import ConfigurationError, ErrorCode, Refusal, ToolSignal
-from handrail.schema import json_path
+from handrail.errors import ConfigurationError, ErrorCode, Refusal
 
-if TYPE_CHECKING:
-    from handrail.context import ToolContext
-    from handrail.definition import BoundArguments, Tool
+__all__ = ["ArgumentLimits", "parse_arguments", "refuse_defect"]
 
-__all__ = [
-    "ArgumentLimits",
-    "check_business_rules",
-    "parse_arguments",
-    "refuse_defect",
-    "validate_arguments",
-]
 
 # I-JSON (RFC 7493): integers beyond this lose precision in most JSON consumers.
 _SAFE_INTEGER = 2**53 - 1
@@ -250,39 +242,3 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
 def refuse_defect(defect: str) -> Refusal:
     """Stage 1's refusal of a call an adapter marked as unusable (for example truncated)."""
     return _syntax(defect)
-
-
-def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> BoundArguments:
-    """Stage 2: check the arguments against the tool's schema; build typed arguments.
-
-    A whole-number float where the schema says integer reaches the tool as an int.
-    """
-    # A trusted parameter is filled from the Principal; a model that supplies one is
-    # refused, even where a raw schema would let an unknown property through.
-    errors, checked = tool.check_arguments(arguments)
-    for name in tool.spec.trusted:
-        if name in arguments:
-            errors.setdefault(json_path([name]), "is not allowed")
-    if errors:
-        raise Refusal(
-            ErrorCode.INVALID_ARGUMENTS,
-            "The arguments do not match the tool's schema; correct the listed fields.",
-            stage="schema",
-            retryable=True,
-            field_errors=errors,
-        )
-    return tool.bind(checked)
-
-
-async def check_business_rules(tool: Tool, bound: BoundArguments, ctx: ToolContext) -> None:
-    """Stage 3: the tool's own validators (existence, state, cross-field rules)."""
-    try:
-        await tool.check(bound, ctx)
-    except ToolSignal as signal:
-        raise Refusal(
-            signal.code,
-            signal.message,
-            stage="business",
-            retryable=signal.retryable,
-            candidates=getattr(signal, "candidates", ()),
-        ) from None

@@ -33,14 +33,14 @@ from datetime import timedelta
 from secrets import token_hex
 from typing import Any, TypeVar
 
-from handrail.audit import Auditor, AuditSink, AuditSubject
+from handrail.authz.policy import check_permissions
 from handrail.canonical import canonical_json
 from handrail.clock import Clock, SystemClock
-from handrail.confirmation import ConfirmationToken, Keyring
 from handrail.context import ToolContext
 from handrail.credentials import SecretLedger, SecretProvider, Secrets
 from handrail.deadline import DeadlineExceededError, within
-from handrail.definition import BoundArguments, Tool
+from handrail.declare.definition import BoundArguments, Tool
+from handrail.declare.registry import Registry
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import (
     ConfigurationError,
@@ -50,24 +50,19 @@ from handrail.errors import (
     ToolSignal,
     WriteRefusedError,
 )
-from handrail.execution import (
-    ExecutionRecord,
-    ExecutionStatus,
-    WriteOutcome,
-    command_key,
-    intent_hash,
-    plan_key,
-)
-from handrail.executor import Executor, WriteJob
+from handrail.events import AuditSubject
+from handrail.execution import ExecutionRecord, ExecutionStatus, command_key, intent_hash, plan_key
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
-from handrail.policy import check_permissions
 from handrail.principal import Principal
-from handrail.registry import Registry
+from handrail.record.audit import Auditor, AuditSink
 from handrail.retry import Sleep
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationMode, ConfirmationPolicy, ToolSpec
 from handrail.store.base import Store
+from handrail.writes.confirmation import ConfirmationToken, Keyring
+from handrail.writes.executor import Executor
+from handrail.writes.outcome import WriteJob, WriteOutcome
 
 __all__ = ["Writes", "proposal_envelope", "stricter"]
 

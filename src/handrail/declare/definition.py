@@ -19,12 +19,13 @@ from pydantic import BaseModel
 
 from handrail.canonical import content_version
 from handrail.context import ToolContext
+from handrail.declare.schema import ArgumentValidator, compile_validator, derive_signature
+from handrail.declare.schema import prepare_raw_schema as _prepare_raw_schema
+from handrail.declare.schema_store import SchemaStore
 from handrail.errors import ErrorCode, Refusal, RegistrationError
 from handrail.fencing import run_in_thread
+from handrail.paths import json_path
 from handrail.plans import Impact
-from handrail.schema import ArgumentValidator, compile_validator, derive_signature, json_path
-from handrail.schema import prepare_raw_schema as _prepare_raw_schema
-from handrail.schema_store import SchemaStore
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import (
     BusinessValue,
@@ -43,7 +44,7 @@ from handrail.spec import (
 from handrail.text import escape_unstorable
 
 if TYPE_CHECKING:
-    from handrail.reconcile import Reconciled
+    from handrail.declare.hooks import Reconciled
 
 __all__ = [
     "BoundArguments",

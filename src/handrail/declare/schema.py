@@ -12,7 +12,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, get_args, get_origin
@@ -23,23 +23,23 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import GenerateJsonSchema
 
 from handrail.context import ToolContext
+from handrail.declare.identity import check_identity_parameters, take_declarations
+from handrail.declare.integers import IntegerPlaces, UnsafeIntegerError
+from handrail.declare.schema_store import SchemaStore
 from handrail.errors import SchemaError, SignatureError
-from handrail.identity import check_identity_parameters, escape_pointer, take_declarations
-from handrail.integers import IntegerPlaces, UnsafeIntegerError
-from handrail.schema_store import SchemaStore
+from handrail.paths import escape_pointer, json_path
 from handrail.spec import BusinessValue, FromPrincipal
 
 __all__ = [
     "ArgumentValidator",
     "DerivedSignature",
     "PreparedSchema",
-    "check_identity_parameters",
     "compile_validator",
     "compile_validator_map",
     "derive_signature",
-    "json_path",
     "prepare_raw_schema",
 ]
+
 
 _MAX_FIELD_ERRORS = 20
 _MAX_MESSAGE = 160
@@ -47,25 +47,6 @@ _MAX_MESSAGE = 160
 _MAX_ENUM_LIST = 300
 _MAX_ENUM_VALUE = 60
 _UNSAFE = "is a whole number outside the safe integer range of ±(2**53 - 1)"
-
-
-# --- validation ----------------------------------------------------------------------------
-
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-def json_path(parts: Iterable[str | int]) -> str:
-    """A JSONPath for a location: `$.items[2].name`; odd keys as `$["a b"]`, clipped."""
-    out = "$"
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _IDENTIFIER.match(part):
-            out += f".{part}"
-        else:
-            out += f"[{json.dumps(part[:64], ensure_ascii=False)}]"
-    return out
 
 
 def _clip(message: str) -> str:
@@ -270,9 +251,6 @@ def compile_validator_map(schema: Mapping[str, Any]) -> jsonschema_rs.ValidatorM
         raise SchemaError(f"invalid JSON Schema: {_clip(str(exc))}") from exc
 
 
-# --- raw schemas (MCP-style tools) --------------------------------------------------------------
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PreparedSchema:
     """A raw schema made model-facing, and its checked business-value declarations."""
@@ -345,9 +323,6 @@ def _raw_declarations(
             raise SchemaError(msg)
         declared[pointer] = value
     return declared
-
-
-# --- signatures (decorated tools) ----------------------------------------------------------------
 
 
 class _ModelFacingSchema(GenerateJsonSchema):

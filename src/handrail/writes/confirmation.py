@@ -24,35 +24,22 @@ from handrail.canonical import canonical_json
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
 from handrail.plans import Plan
 from handrail.principal import Principal
+from handrail.signing import KEY_ID, SigningKey
 
-__all__ = ["ConfirmationToken", "Keyring", "SigningKey", "TokenClaims"]
+__all__ = ["ConfirmationToken", "Keyring", "TokenClaims"]
+
 
 _PREFIX = "hrc1"
-_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
 _PLAN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _HASH = re.compile(r"[0-9a-f]{64}")
 _NONCE = re.compile(r"[A-Za-z0-9_-]{22,64}")
 _MAC = re.compile(r"[A-Za-z0-9_-]{43}")
 _EXPIRY = re.compile(r"[1-9][0-9]{0,14}")
-_MIN_SECRET = 32
+
+
 _MAX_TOKEN = 512
-
-
-@dataclass(frozen=True, slots=True)
-class SigningKey:
-    """A named HMAC key of at least 32 random bytes; the name travels in each token."""
-
-    key_id: str
-    secret: bytes
-
-    def __post_init__(self) -> None:
-        if not _KEY_ID.fullmatch(self.key_id):
-            raise ConfigurationError("a key id is 1-32 characters of [A-Za-z0-9_-]")
-        if len(self.secret) < _MIN_SECRET:
-            raise ConfigurationError("a confirmation key needs at least 32 bytes of secret")
-
-    def __repr__(self) -> str:
-        return f"SigningKey(key_id={self.key_id!r}, secret=<hidden>)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +122,7 @@ class Keyring:
             raise _invalid("malformed token")
         _, key_id, plan_id, plan_hash, expiry, nonce, mac = parts
         checks = (
-            (_KEY_ID, key_id),
+            (KEY_ID, key_id),
             (_PLAN_ID, plan_id),
             (_HASH, plan_hash),
             (_EXPIRY, expiry),

@@ -40,12 +40,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
-from handrail.audit import Auditor, AuditSubject
 from handrail.canonical import canonical_json
 from handrail.clock import Clock
 from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
 from handrail.envelope import Envelope, ErrorDetail, Status, jsonable
 from handrail.errors import (
     ConfigurationError,
@@ -55,15 +54,18 @@ from handrail.errors import (
     ToolRetryable,
     ToolSignal,
 )
-from handrail.execution import ExecutionRecord, ExecutionStatus, WriteJob, WriteOutcome
+from handrail.events import AuditSubject
+from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.fencing import Fence, FencedOffError, ThreadOutcome, fenced
-from handrail.leases import LeaseKeeper
 from handrail.plans import PlanState
 from handrail.principal import Principal
+from handrail.record.audit import Auditor
 from handrail.retry import Sleep, retrying
 from handrail.spec import SideEffect, ToolSpec
 from handrail.store.base import Store
 from handrail.store.sql import SqlStore, execution_params, execution_row
+from handrail.writes.leases import LeaseKeeper
+from handrail.writes.outcome import WriteJob, WriteOutcome
 
 if TYPE_CHECKING:
     from handrail.credentials import Secrets

@@ -10,15 +10,16 @@ import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from handrail.audit import Auditor, AuditSubject, summarize_arguments
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.errors import ErrorCode
+from handrail.events import AuditSubject
+from handrail.record.audit import Auditor, summarize_arguments
 
 if TYPE_CHECKING:
+    from handrail.authz.guard import ConversationGuard
     from handrail.calls import ToolCall
     from handrail.clock import Clock
-    from handrail.definition import Tool
-    from handrail.guard import ConversationGuard
+    from handrail.declare.definition import Tool
     from handrail.principal import Principal
 
 __all__ = ["MAX_NAME_IN_AUDIT", "CallTrail", "count_denial", "describe_exception"]

@@ -22,55 +22,29 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
-from handrail.audit import Auditor, AuditSink, AuditSubject
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
 from handrail.deadline import DeadlineExceededError, within
-from handrail.definition import Tool
+from handrail.declare.definition import Tool
+from handrail.declare.hooks import Found, NoProof, NotExecuted, Reconciled
+from handrail.declare.registry import Registry
 from handrail.errors import ErrorCode, WriteRefusedError
+from handrail.events import AuditSubject
 from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.executor import Executor, WriteJob, stored_result
 from handrail.principal import Principal
-from handrail.registry import Registry
+from handrail.record.audit import Auditor, AuditSink
 from handrail.retry import Sleep
 from handrail.spec import ReconcilePolicy
 from handrail.store.base import Store
+from handrail.writes.executor import Executor, stored_result
+from handrail.writes.outcome import WriteJob
 
-__all__ = [
-    "Found",
-    "NoProof",
-    "NotExecuted",
-    "PassReport",
-    "Reconciled",
-    "Reconciler",
-    "resolve_by_person",
-]
+__all__ = ["PassReport", "Reconciler", "T", "resolve_by_person"]
+
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """The downstream system has the effect of this key; `result` is what it holds."""
-
-    result: object = None
-
-
-@dataclass(frozen=True, slots=True)
-class NotExecuted:
-    """The downstream system proves it never executed this key."""
-
-
-@dataclass(frozen=True, slots=True)
-class NoProof:
-    """Nothing conclusive; check again later."""
-
-    reason: str = "no proof either way"
-
-
-Reconciled: TypeAlias = Found | NotExecuted | NoProof
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
