@@ -42,7 +42,7 @@ from handrail.execution import plan_key
 from handrail.plans import Impact
 from handrail.spec import ConfirmationMode, IdempotencyMode, RiskLevel, SideEffect
 from handrail.testing import FixedClock, MemoryStore, sequential_ids
-from handrail.tools.workspace import _journal
+from handrail.tools.workspace import _commit, _journal
 from handrail.tools.workspace._patches import (
     apply_file_patch,
     parse_patch,
@@ -861,21 +861,21 @@ def test_a_new_file_never_replaces_one_that_appeared_meanwhile(
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(FileExistsError):
-            _journal._link_new(fd, "staged", "taken")
+            _commit._link_new(fd, "staged", "taken")
 
         def unsupported(*_args: Any, **_kwargs: Any) -> None:
             raise OSError(95, "Operation not supported")
 
         monkeypatch.setattr(os, "link", unsupported)
         with pytest.raises(FileExistsError):
-            _journal._link_new(fd, "staged", "taken")
+            _commit._link_new(fd, "staged", "taken")
 
         def broken(*_args: Any, **_kwargs: Any) -> None:
             raise OSError(5, "I/O error")
 
         monkeypatch.setattr(os, "link", broken)
         with pytest.raises(OSError, match="I/O error"):
-            _journal._link_new(fd, "staged", "other")
+            _commit._link_new(fd, "staged", "other")
     finally:
         os.close(fd)
     assert (tmp_path / "taken").read_text() == "someone else's\n"
@@ -947,7 +947,7 @@ def test_staging_gives_up_when_no_temporary_name_is_free(tmp_path: Path) -> None
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(FileExistsError):
-            _journal._stage(fd, b"data", 0o644, lambda _n: "same")
+            _journal.stage(fd, b"data", 0o644, lambda _n: "same")
     finally:
         os.close(fd)
     assert (tmp_path / ".handrail-same.tmp").read_text() == "occupied"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handrail.errors import ToolFailed, ToolRetryable
-from handrail.tools.workspace._journal import FileState
+from handrail.tools.workspace._commit import FileState
 
 __all__ = ["GitCheck", "GitReport"]
 

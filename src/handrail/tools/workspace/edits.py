@@ -3,9 +3,9 @@
 Owns checking every target (beneath the root, never through a symbolic link, never
 into `.git`), drafting each change with its diff summary, and the tools themselves,
 including the read-only `preview_write` and `preview_patch`. How a change is applied
-atomically, recorded in the journal and undone lives in `_journal`; how git is asked
-for a user's uncommitted work lives in `_git`. Never overwrites a user's uncommitted
-work unless the host allows it.
+atomically and undone lives in `_commit`, how it is recorded in `_journal`; how git is
+asked for a user's uncommitted work lives in `_git`. Never overwrites a user's
+uncommitted work unless the host allows it.
 """
 
 from __future__ import annotations
@@ -46,20 +46,16 @@ from handrail.spec import (
     SideEffect,
     ToolHints,
 )
+from handrail.tools.workspace._commit import FileOp, FileState, commit, file_changes, read_state
 from handrail.tools.workspace._git import GitCheck, GitReport
 from handrail.tools.workspace._journal import (
     APPLIED,
     ChangeRecord,
     ChangeState,
     FileChange,
-    FileOp,
-    FileState,
     Journal,
     change_id_for,
-    commit,
     content_sha256,
-    file_changes,
-    read_state,
     reconcile_change,
 )
 from handrail.tools.workspace._patches import (
