@@ -18,7 +18,7 @@ import pytest
 from handrail.errors import ConfigurationError
 from handrail.tools import _sandbox_confine
 from handrail.tools._sandbox_confine import Confinement, _check_public, _listed
-from handrail.tools.workspace import search as search_module
+from handrail.tools.workspace import _rg_process
 
 pytestmark = pytest.mark.anyio
 
@@ -241,7 +241,7 @@ async def test_cancelling_a_confined_program_kills_everything_it_started(
     # It tells it runs through the FIFO, then waits on it for ever (no writer is left).
     script = "echo up > /workspace/ready; read -r line < /workspace/ready"
     run = asyncio.ensure_future(
-        search_module._run(
+        _rg_process.run(
             confinement.argv(visible, [bash, "-c", script]),
             cwd=visible,
             take=lambda _line: False,

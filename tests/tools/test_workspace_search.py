@@ -21,23 +21,23 @@ from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.budget import json_size
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
+from handrail.tools.workspace._rg_json import (
+    Lines,
+    Long,
+    elapsed_ms,
+    json_string_prefix,
+    line_text,
+    long_message,
+    message,
+    path_parts,
+)
+from handrail.tools.workspace._rg_process import rg_refusal
+from handrail.tools.workspace._search_pages import Collect, Page, Stream
 from handrail.tools.workspace.paths import Workspace
 from handrail.tools.workspace.search import (
     SearchConfig,
     SearchResult,
     TextSearch,
-    _Collect,
-    _elapsed_ms,
-    _json_string_prefix,
-    _Lines,
-    _Long,
-    _long_message,
-    _message,
-    _Page,
-    _path_parts,
-    _rg_refusal,
-    _Stream,
-    _text_of,
     search_tools,
 )
 
@@ -714,24 +714,24 @@ def test_lines_are_split_the_same_however_the_stream_is_chunked(
     cuts: list[int],
 ) -> None:
     stream = b"".join(line + b"\n" for line in lines)
-    splitter = _Lines(limit=20, head=8, tail=4)
-    out: list[bytes | _Long] = []
+    splitter = Lines(limit=20, head=8, tail=4)
+    out: list[bytes | Long] = []
     start = 0
     for cut in sorted(cut % (len(stream) + 1) for cut in cuts):
         out += splitter.feed(stream[start:cut])
         start = cut
     out += splitter.feed(stream[start:])
     out += splitter.close()
-    expected = [line if len(line) <= 20 else _Long(line[:8], line[-4:]) for line in lines if line]
+    expected = [line if len(line) <= 20 else Long(line[:8], line[-4:]) for line in lines if line]
     assert out == expected
 
 
 def test_a_stream_without_a_final_line_break_keeps_its_last_line() -> None:
-    splitter = _Lines(limit=4, head=2, tail=2)
+    splitter = Lines(limit=4, head=2, tail=2)
     assert splitter.feed(b"ab\ncd") == [b"ab"]
     assert splitter.close() == [b"cd"]
     assert splitter.feed(b"abcdefgh") == []
-    assert splitter.close() == [_Long(b"ab", b"gh")]
+    assert splitter.close() == [Long(b"ab", b"gh")]
     assert splitter.close() == []
 
 
@@ -739,9 +739,9 @@ def test_a_stream_without_a_final_line_break_keeps_its_last_line() -> None:
 def test_a_json_string_cut_anywhere_reads_as_a_prefix_of_the_text(text: str, cut: int) -> None:
     encoded = json.dumps(text, ensure_ascii=cut % 2 == 0).encode("utf-8", "surrogatepass")
     body = encoded[1:-1]
-    prefix = _json_string_prefix(body[: cut % (len(body) + 1)])
+    prefix = json_string_prefix(body[: cut % (len(body) + 1)])
     assert text.startswith(prefix)
-    assert _json_string_prefix(body + b'","more":1') == text
+    assert json_string_prefix(body + b'","more":1') == text
 
 
 async def test_a_regex_too_large_to_compile_is_refused(make: Make) -> None:
@@ -751,12 +751,12 @@ async def test_a_regex_too_large_to_compile_is_refused(make: Make) -> None:
 
 
 def test_refusals_from_ripgrep_are_in_our_words() -> None:
-    unparsed = _rg_refusal(b"regex parse error:\n    (\n")
+    unparsed = rg_refusal(b"regex parse error:\n    (\n")
     assert isinstance(unparsed, InvalidArgument)
     assert unparsed.message.endswith("it does not parse.")
-    odd = _rg_refusal(b"regex parse error:\nerror: bad \x1b[31mthing\n")
+    odd = rg_refusal(b"regex parse error:\nerror: bad \x1b[31mthing\n")
     assert "\x1b" not in str(odd)
-    assert isinstance(_rg_refusal(b"anything else"), ToolFailed)
+    assert isinstance(rg_refusal(b"anything else"), ToolFailed)
 
 
 # --- ripgrep's output, whatever it holds ---------------------------------------------------------
@@ -800,7 +800,7 @@ _BODY = st.builds(
     st.sampled_from(["match", "context", "match", "summary", "other"]),
     _DATA | _JSON,
 ) | st.builds(
-    _Long,
+    Long,
     st.sampled_from([b'{"type":"match"', b'{"type":"context"']),
     _JSON.map(lambda value: json.dumps(value).encode()),
 )
@@ -823,17 +823,17 @@ _RAW_LINES = st.lists(_BLOCK | _BODY.map(lambda line: [line]), max_size=6).map(
 
 @given(lines=_RAW_LINES, admit=st.booleans(), skip=st.integers(0, 3), context=st.integers(0, 2))
 def test_any_output_reads_into_a_bounded_page_without_error(
-    lines: list[bytes | _Long],
+    lines: list[bytes | Long],
     admit: bool,
     skip: int,
     context: int,
 ) -> None:
-    def page() -> _Page:
-        return _Page(skip=skip, limit=3, context=context, max_chars=8, budget=10_000)
+    def page() -> Page:
+        return Page(skip=skip, limit=3, context=context, max_chars=8, budget=10_000)
 
-    collect = _Collect(lambda parts: admit, count_limit=50)
+    collect = Collect(lambda parts: admit, count_limit=50)
     ordered = page()
-    stream = _Stream(lambda parts: admit, ordered)
+    stream = Stream(lambda parts: admit, ordered)
     for line in lines:
         collect.take(line)
         stream.take(line)
@@ -846,7 +846,7 @@ def test_any_output_reads_into_a_bounded_page_without_error(
             assert len(match.before) <= context
             assert len(match.after) <= context
         assert len(shown.items) <= 3
-    elapsed = _elapsed_ms(collect.summary)
+    elapsed = elapsed_ms(collect.summary)
     assert elapsed is None or elapsed >= 0
 
 
@@ -871,26 +871,26 @@ def test_odd_match_data_reads_as_far_as_it_goes(
     data: dict[str, Any],
     expected: tuple[int | None, str, tuple[tuple[int, int], ...]],
 ) -> None:
-    found = _text_of(data, 1000)
+    found = line_text(data, 1000)
     assert (found.line, found.text, found.ranges) == expected
 
 
 def test_odd_messages_read_as_nothing() -> None:
-    assert _message(b"[1, 2]") == {}
-    assert _message(b'{"type": "match", "data": 3}') == {}
-    assert _path_parts({"path": {"bytes": "ab=c"}}) is None
-    assert _path_parts({"path": {"other": "x"}}) is None
-    assert _path_parts({"path": {"text": "./"}}) is None
-    assert _elapsed_ms({"elapsed_total": {"secs": "1", "nanos": 0}}) is None
-    assert _elapsed_ms({"elapsed_total": {"secs": 1, "nanos": 500_000}}) == 1000.5
-    assert _long_message(_Long(b'{"type":"match","data":{}', b"}}")) == {
+    assert message(b"[1, 2]") == {}
+    assert message(b'{"type": "match", "data": 3}') == {}
+    assert path_parts({"path": {"bytes": "ab=c"}}) is None
+    assert path_parts({"path": {"other": "x"}}) is None
+    assert path_parts({"path": {"text": "./"}}) is None
+    assert elapsed_ms({"elapsed_total": {"secs": "1", "nanos": 0}}) is None
+    assert elapsed_ms({"elapsed_total": {"secs": 1, "nanos": 500_000}}) == 1000.5
+    assert long_message(Long(b'{"type":"match","data":{}', b"}}")) == {
         "line_number": None,
         "long": True,
     }
-    broken = _long_message(_Long(b'{"type":"match","data":{"lines":{"bytes":"ab=c', b""))
+    broken = long_message(Long(b'{"type":"match","data":{"lines":{"bytes":"ab=c', b""))
     assert broken["lines"] == {"text": ""}
-    assert _json_string_prefix(b"\\xff" + b"\xff" * 20) == ""
-    assert _json_string_prefix(b'say \\"hi\\" \\\\","more":1') == 'say "hi" \\'
+    assert json_string_prefix(b"\\xff" + b"\xff" * 20) == ""
+    assert json_string_prefix(b'say \\"hi\\" \\\\","more":1') == 'say "hi" \\'
 
 
 async def test_a_page_stops_at_its_character_budget_and_skip_counts_what_was_shown(

@@ -1,50 +1,46 @@
 """Text search beneath a workspace root: `search_text`, run by ripgrep.
 
-Owns the tool and its limits, the argument vector (built by code: the pattern only as
-the value of `--regexp=`, paths only after `--`, never a flag the model chose) and the
-ripgrep process (confined by bubblewrap where only the workspace exists, read-only; a
-clean environment, no config file, no symbolic links followed, its process group killed
-on timeout). Its JSON output is read by `_rg_json` and paged by `_search_pages`. It
-never writes, and never reports a file reached through a symbolic link or with several
-hard links.
+Owns the tool and its limits, the search's paths (checked beneath the root, each
+reported file checked again) and its two passes: in parallel and sorted here, or in
+path order and stopped once a page is full. The command line is built by `_rg_command`,
+ripgrep is run by `_rg_process` (confined by bubblewrap where only the workspace
+exists), its JSON read by `_rg_json` and paged by `_search_pages`. It never writes, and
+never reports a file reached through a symbolic link or with several hard links.
 """
 
 # No `from __future__ import annotations`: the tool's parameter annotations name the
 # configured limits, and get_type_hints must resolve them from the builder's closure.
 
 import asyncio
-import contextlib
 import os
-import re
 import shutil
-import signal
 import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 
 from handrail.context import ToolContext
 from handrail.declare.definition import Tool, tool
 from handrail.envelope import Trust
-from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
+from handrail.errors import ConfigurationError, InvalidArgument, NotFound
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import RiskLevel, SideEffect
 from handrail.tools._sandbox_confine import Confinement
-from handrail.tools.workspace._rg_json import (
-    Line,
-    Lines,
-    Long,
-    elapsed_ms,
-    json_string_prefix,
-    line_text,
-    long_message,
-    message,
-    path_parts,
+from handrail.tools.workspace._rg_command import (
+    CASE_FLAGS,
+    MAX_GLOB_CHARS,
+    MAX_GLOBS,
+    Case,
+    Query,
+    check_globs,
+    rg_argv,
+    rg_glob,
 )
+from handrail.tools.workspace._rg_json import elapsed_ms
+from handrail.tools.workspace._rg_process import Ended, rg_refusal, run
 from handrail.tools.workspace._search_pages import (
     Collect,
     ContextLine,
@@ -64,41 +60,9 @@ __all__ = [
     "search_tools",
 ]
 
-Case = Literal["smart", "sensitive", "insensitive"]
-_CASE_FLAGS: Mapping[str, str] = {
-    "smart": "--smart-case",
-    "sensitive": "--case-sensitive",
-    "insensitive": "--ignore-case",
-}
-
 _MAX_PATHS = 16
-_MAX_GLOBS = 8
-_MAX_GLOB_CHARS = 100
-
-_READ_CHUNK = 1 << 18
-_STDERR_KEEP = 4096
-_DRAIN_SECONDS = 5.0
 _DEADLINE_MARGIN = 0.1
 _TOOL_TIMEOUT_MARGIN = 2.0
-_GLOB_TYPE_INCLUDE = "handrailinclude"
-_GLOB_TYPE_EXCLUDE = "handrailexclude"
-_FORBIDDEN_GLOB = re.compile(r"[/\\:\x00-\x1f\x7f]")
-_ERROR_LINE = re.compile(r"^error: (.+)$", re.MULTILINE)
-_PRINTABLE = re.compile(r"[^\x20-\x7e]")
-
-# The private names these lived under before `_rg_json` and `_search_pages` were split
-# out; tests still reach for them here.
-_Collect = Collect
-_Lines = Lines
-_Long = Long
-_Page = Page
-_Stream = Stream
-_elapsed_ms = elapsed_ms
-_json_string_prefix = json_string_prefix
-_long_message = long_message
-_message = message
-_path_parts = path_parts
-_text_of = line_text
 
 
 # --- configuration and results ---------------------------------------------------------
@@ -193,158 +157,7 @@ class SearchResult:
     elapsed_ms: float | None = None
 
 
-# --- running ripgrep ---------------------------------------------------------------------
-
-
-class _Ended(Enum):
-    FINISHED = "finished"
-    """ripgrep closed its output."""
-    STOPPED = "stopped"
-    """The sink had enough; ripgrep was killed."""
-    TIMED_OUT = "timed_out"
-
-
-@dataclass(frozen=True, slots=True)
-class _Run:
-    ended: _Ended
-    stderr: bytes
-
-
-async def _pump(stream: asyncio.StreamReader, take: Callable[[Line], bool]) -> _Ended:
-    lines = Lines()
-    while chunk := await stream.read(_READ_CHUNK):
-        for line in lines.feed(chunk):
-            if take(line):
-                return _Ended.STOPPED
-    last = lines.close()
-    return _Ended.STOPPED if any(take(line) for line in last) else _Ended.FINISHED
-
-
-async def _head(stream: asyncio.StreamReader, keep: int) -> bytes:
-    """Read `stream` to its end (so the writer never blocks) and keep its first bytes."""
-    kept = bytearray()
-    while chunk := await stream.read(_READ_CHUNK):
-        kept += chunk[: max(0, keep - len(kept))]
-    return bytes(kept)
-
-
-async def _run(
-    argv: Sequence[str],
-    *,
-    cwd: os.PathLike[str] | str,
-    take: Callable[[Line], bool],
-    deadline: float,
-) -> _Run:
-    """Run ripgrep, feed its output lines to `take` until it says stop; always reaped."""
-    starting = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env={},
-            start_new_session=True,
-            limit=_READ_CHUNK,
-        ),
-    )
-    try:
-        # Shielded: a cancel while the process starts must not leave its group running
-        # (asyncio would kill only the direct child).
-        process = await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        await _abandon(starting)
-        raise
-    except OSError:
-        raise ToolFailed("The search program could not be started.") from None
-    stdout, stderr = process.stdout, process.stderr
-    if stdout is None or stderr is None:  # pragma: no cover - both are pipes
-        raise ToolFailed("The search could not be started.")
-    errors = asyncio.ensure_future(_head(stderr, _STDERR_KEEP))
-    ended = _Ended.TIMED_OUT
-    try:
-        async with asyncio.timeout_at(deadline):
-            ended = await _pump(stdout, take)
-    except TimeoutError:
-        ended = _Ended.TIMED_OUT
-    finally:
-        if ended is not _Ended.FINISHED:
-            _kill(process)
-        await _reap(process, stdout, errors)
-    return _Run(ended, errors.result() if errors.done() else b"")
-
-
-async def _reap(
-    process: asyncio.subprocess.Process,
-    stdout: asyncio.StreamReader,
-    errors: asyncio.Future[bytes],
-) -> None:
-    """Drain the pipes so they close, then wait for the process; bounded."""
-    try:
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            while await stdout.read(_READ_CHUNK):
-                pass
-            await errors
-            await process.wait()
-    except TimeoutError:  # pragma: no cover - only a program that closed its output early
-        _kill(process)
-        errors.cancel()
-
-
-async def _abandon(starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    """After a cancel during start: once the process exists, kill its group and reap it."""
-    try:
-        process = await asyncio.wait_for(asyncio.shield(starting), _DRAIN_SECONDS)
-    except (asyncio.CancelledError, TimeoutError, OSError):  # pragma: no cover - rare races
-        return
-    _kill(process)
-    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-        await asyncio.wait_for(process.wait(), _DRAIN_SECONDS)
-
-
-def _kill(process: asyncio.subprocess.Process) -> None:
-    """Kill the process's whole group (its own session), unless it was already reaped."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-
-
-def _rg_refusal(stderr: bytes) -> Exception:
-    """Why ripgrep refused the pattern or a glob, for the model, in our own words."""
-    text = stderr.decode("utf-8", "replace")
-    if "size limit" in text:
-        return InvalidArgument(
-            "The regular expression is too large once compiled; simplify it, or search "
-            "for a fixed string.",
-        )
-    if "not allowed in a regex" in text:
-        return InvalidArgument(
-            "The pattern would match a line break; search one line at a time.",
-        )
-    found = _ERROR_LINE.findall(text)
-    if "regex parse error" in text:
-        detail = found[-1] if found else "it does not parse"
-        detail = _PRINTABLE.sub("?", detail)[:160]
-        return InvalidArgument(f"The pattern is not a valid regular expression: {detail}.")
-    if "glob" in text:
-        return InvalidArgument("An include or exclude glob is not valid.")
-    return ToolFailed("The search failed.")
-
-
 # --- the search ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Query:
-    """A search's checked arguments, as ripgrep gets them."""
-
-    pattern: str
-    regex: bool
-    case: str
-    context: int
-    include: tuple[str, ...]
-    exclude: tuple[str, ...]
-    roots: tuple[str, ...]
 
 
 class TextSearch:
@@ -383,7 +196,7 @@ class TextSearch:
         # The workspace's ignore policy as ripgrep overrides: an override outranks the
         # ignore files and hidden-file rules, so an `.ignore` that whitelists `.git` does
         # not bring it back. `_admit` applies the same policy to what ripgrep reports.
-        self._ignored = tuple(f"--iglob=!{_rg_glob(p)}" for p in workspace.ignore)
+        self._ignored = tuple(f"--iglob=!{rg_glob(p)}" for p in workspace.ignore)
 
     @property
     def confined(self) -> bool:
@@ -443,18 +256,18 @@ class TextSearch:
             )
 
         collect = Collect(self._admit, count_limit=config.count_limit)
-        first = await _run(
+        first = await run(
             self._launch(query, ordered=False),
             cwd=self._workspace.root,
             take=collect.take,
             deadline=deadline,
         )
-        if first.ended is _Ended.FINISHED and collect.summary is None:
-            raise _rg_refusal(first.stderr)
-        if first.ended is not _Ended.STOPPED:
+        if first.ended is Ended.FINISHED and collect.summary is None:
+            raise rg_refusal(first.stderr)
+        if first.ended is not Ended.STOPPED:
             shown = page()
             collect.replay(shown)
-            finished = first.ended is _Ended.FINISHED
+            finished = first.ended is Ended.FINISHED
             truncated = not finished or skip + len(shown.items) < collect.admitted_matches
             return SearchResult(
                 matches=shown.matches(),
@@ -470,13 +283,13 @@ class TextSearch:
         # More matches than can be held to sort: search again in path order.
         shown = page()
         stream = Stream(self._admit, shown)
-        second = await _run(
+        second = await run(
             self._launch(query, ordered=True),
             cwd=self._workspace.root,
             take=stream.take,
             deadline=deadline,
         )
-        finished = second.ended is _Ended.FINISHED and stream.summary is not None
+        finished = second.ended is Ended.FINISHED and stream.summary is not None
         return SearchResult(
             matches=shown.matches(),
             total_matches=shown.seen if finished else max(shown.seen, collect.matches),
@@ -484,7 +297,7 @@ class TextSearch:
             complete=finished,
             truncated=not finished,
             next_skip=None if finished else skip + len(shown.items),
-            timed_out=second.ended is _Ended.TIMED_OUT,
+            timed_out=second.ended is Ended.TIMED_OUT,
             refused_files=stream.refused,
             elapsed_ms=elapsed_ms(stream.summary),
         )
@@ -527,7 +340,7 @@ class TextSearch:
         context: int,
         include: Sequence[str],
         exclude: Sequence[str],
-    ) -> _Query:
+    ) -> Query:
         config = self._config
         if not isinstance(pattern, str) or not 1 <= len(pattern) <= config.max_pattern_chars:
             raise InvalidArgument(f"The pattern must be 1-{config.max_pattern_chars} characters.")
@@ -537,15 +350,15 @@ class TextSearch:
             )
         if not 0 <= context <= config.max_context:
             raise InvalidArgument(f"context must be 0-{config.max_context} lines.")
-        if case not in _CASE_FLAGS:
+        if case not in CASE_FLAGS:
             raise InvalidArgument("case must be smart, sensitive or insensitive.")
-        return _Query(
+        return Query(
             pattern=pattern,
             regex=bool(regex),
             case=case,
             context=context,
-            include=_globs(include, "include"),
-            exclude=_globs(exclude, "exclude"),
+            include=check_globs(include, "include"),
+            exclude=check_globs(exclude, "exclude"),
             roots=tuple(self._roots(paths)),
         )
 
@@ -581,78 +394,24 @@ class TextSearch:
             return False
         return stat.S_ISREG(info.st_mode)
 
-    def _launch(self, query: _Query, *, ordered: bool) -> list[str]:
+    def _launch(self, query: Query, *, ordered: bool) -> list[str]:
         """What runs: ripgrep's command line, confined when so configured."""
         argv = self._argv(query, ordered=ordered)
         if self._confinement is None:
             return argv
         return self._confinement.argv(self._workspace.root, argv)
 
-    def _argv(self, query: _Query, *, ordered: bool) -> list[str]:
-        """The whole command line, built here; model text only after `=` or `--`."""
+    def _argv(self, query: Query, *, ordered: bool) -> list[str]:
+        """The whole command line, built by `rg_argv`; model text only after `=` or `--`."""
         config = self._config
-        argv = [
+        return rg_argv(
             self._rg,
-            "--json",
-            "--no-config",
-            "--no-follow",
-            "--no-messages",
-            "--no-require-git",
-            "--no-ignore-parent",
-            "--no-ignore-global",
-            f"--regex-size-limit={config.regex_size_limit}",
-            f"--dfa-size-limit={config.dfa_size_limit}",
-            _CASE_FLAGS[query.case],
-            *self._ignored,
-        ]
-        if not query.regex:
-            argv.append("--fixed-strings")
-        if query.context:
-            argv.append(f"--context={query.context}")
-        for name, chosen, select in (
-            (_GLOB_TYPE_INCLUDE, query.include, "--type"),
-            (_GLOB_TYPE_EXCLUDE, query.exclude, "--type-not"),
-        ):
-            if chosen:
-                argv.extend(f"--type-add={name}:{glob}" for glob in chosen)
-                argv.append(f"{select}={name}")
-        if ordered:
-            argv.append("--sort=path")
-        argv.append(f"--regexp={query.pattern}")
-        argv.append("--")
-        argv.extend(query.roots)
-        return argv
-
-
-def _rg_glob(pattern: str) -> str:
-    """An ignore pattern (one name, no braces or backslashes) in ripgrep's glob syntax.
-
-    Both read `*`, `?` and classes alike within a name; a run of stars is one star.
-    """
-    return re.sub(r"\*{2,}", "*", pattern)
-
-
-def _globs(globs: Iterable[str], what: str) -> tuple[str, ...]:
-    """File-name globs, checked: they become ripgrep file types, which honour ignore files.
-
-    A `--glob` would override ignore files, so the model's globs are never one. As with
-    ripgrep's own types, an include glob can select a hidden file (`.env.example`),
-    never an ignored one, and never a file inside a hidden directory such as `.git`.
-    """
-    chosen = tuple(globs)
-    if len(chosen) > _MAX_GLOBS:
-        raise InvalidArgument(f"Give at most {_MAX_GLOBS} {what} globs.")
-    for glob in chosen:
-        if not isinstance(glob, str) or not 1 <= len(glob) <= _MAX_GLOB_CHARS:
-            raise InvalidArgument(f"An {what} glob must be 1-{_MAX_GLOB_CHARS} characters.")
-        if _FORBIDDEN_GLOB.search(glob):
-            raise InvalidArgument(
-                f"An {what} glob matches file names, like '*.py': it must not contain '/', "
-                f"'\\', ':' or control characters. Choose directories with paths.",
-            )
-        if glob.startswith("!"):
-            raise InvalidArgument("Put a glob to leave out in exclude, without '!'.")
-    return chosen
+            query,
+            ordered=ordered,
+            regex_size_limit=config.regex_size_limit,
+            dfa_size_limit=config.dfa_size_limit,
+            ignored=self._ignored,
+        )
 
 
 # --- the tool --------------------------------------------------------------------------------
@@ -668,7 +427,7 @@ def search_tools(
     searcher = TextSearch(workspace, config)
     limits = searcher.config
     path_item = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
-    glob_item = Annotated[str, Field(min_length=1, max_length=_MAX_GLOB_CHARS)]
+    glob_item = Annotated[str, Field(min_length=1, max_length=MAX_GLOB_CHARS)]
 
     @tool(
         risk=RiskLevel.L1_INTERNAL_READ,
@@ -713,11 +472,11 @@ def search_tools(
         ] = limits.max_matches,
         include: Annotated[
             tuple[glob_item, ...],
-            Field(max_length=_MAX_GLOBS, description="Only files whose name matches, e.g. *.py."),
+            Field(max_length=MAX_GLOBS, description="Only files whose name matches, e.g. *.py."),
         ] = (),
         exclude: Annotated[
             tuple[glob_item, ...],
-            Field(max_length=_MAX_GLOBS, description="Leave out files whose name matches."),
+            Field(max_length=MAX_GLOBS, description="Leave out files whose name matches."),
         ] = (),
         skip: Annotated[
             int,
