@@ -20,7 +20,7 @@ import pytest
 from handrail import ErrorCode, Gate, Principal, Registry, Status, ToolCall
 from handrail.envelope import Envelope
 from handrail.testing import MemoryAuditSink, sequential_ids
-from handrail.tools.workspace import files
+from handrail.tools.workspace import _finder
 from handrail.tools.workspace.files import WorkspaceConfig, read_tools
 from handrail.tools.workspace.paths import Workspace
 
@@ -253,10 +253,10 @@ async def test_a_directory_swapped_mid_walk_is_skipped_not_followed(
     attack: Attacker, layout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (layout / "vanishing.txt").write_text("soon gone\n")
-    listed = files._Finder._list
+    listed = _finder.Finder._list
     swapped: list[bool] = []
 
-    def list_then_swap(self: files._Finder, fd: int) -> list[os.DirEntry[str]]:
+    def list_then_swap(self: _finder.Finder, fd: int) -> list[os.DirEntry[str]]:
         entries = listed(self, fd)
         if not swapped:
             swapped.append(True)
@@ -265,7 +265,7 @@ async def test_a_directory_swapped_mid_walk_is_skipped_not_followed(
             (layout / "vanishing.txt").unlink()
         return entries
 
-    monkeypatch.setattr(files._Finder, "_list", list_then_swap)
+    monkeypatch.setattr(_finder.Finder, "_list", list_then_swap)
     envelope = await attack("find_files", type="any")
     data: dict[str, Any] = envelope.data
     assert swapped

@@ -24,12 +24,12 @@ from handrail.envelope import Envelope, Trust
 from handrail.errors import ConfigurationError, InvalidArgument, ToolFailed
 from handrail.spec import RiskLevel, SideEffect
 from handrail.testing import MemoryAuditSink, sequential_ids
+from handrail.tools.workspace._finder import timestamp
 from handrail.tools.workspace.files import (
     Glob,
     WorkspaceConfig,
     _read,
     _ReadRequest,
-    _timestamp,
     read_tools,
 )
 from handrail.tools.workspace.paths import Workspace
@@ -685,8 +685,8 @@ async def test_a_utf16_file_cut_mid_code_unit_still_reads(root: Path, run: Run) 
 
 
 def test_a_modification_time_beyond_the_calendar_is_shown_as_unknown() -> None:
-    assert _timestamp(1e20) is None
-    assert _timestamp(0) == "1970-01-01T00:00:00Z"
+    assert timestamp(1e20) is None
+    assert timestamp(0) == "1970-01-01T00:00:00Z"
 
 
 async def test_crlf_line_ends_are_not_part_of_the_lines(root: Path, run: Run) -> None:
