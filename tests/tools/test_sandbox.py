@@ -28,6 +28,7 @@ from handrail.tools._sandbox_cgroup import CgroupSite, RunCgroups, find_sites
 from handrail.tools._sandbox_files import copy_tree, remove_tree, workspace_changes
 from handrail.tools._sandbox_host import Host, read_text
 from handrail.tools._sandbox_identity import as_user
+from handrail.tools._sandbox_launch import rlimits
 from handrail.tools._sandbox_process import Budget, Output, Pipe, _resolve, ended
 from handrail.tools.sandbox import (
     ISOLATION,
@@ -41,7 +42,6 @@ from handrail.tools.sandbox import (
     SandboxUnavailableError,
     SandboxUser,
     _kernel_kill,
-    _rlimits,
 )
 
 pytestmark = pytest.mark.anyio
@@ -673,7 +673,7 @@ def test_rlimits_never_rise_above_the_hosts_hard_limits(monkeypatch: pytest.Monk
         return (10, 20) if kind == resource.RLIMIT_NOFILE else real(kind)
 
     monkeypatch.setattr(resource, "getrlimit", getrlimit)
-    chosen = dict(_rlimits(SandboxLimits(open_files=1024, cpu_seconds=5), nproc=False))
+    chosen = dict(rlimits(SandboxLimits(open_files=1024, cpu_seconds=5), nproc=False))
     assert chosen[resource.RLIMIT_NOFILE] == (20, 20)
     assert chosen[resource.RLIMIT_CPU] == (5, 6)
     assert chosen[resource.RLIMIT_CORE] == (0, 0)

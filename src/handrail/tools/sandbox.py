@@ -1,12 +1,11 @@
 """The command sandbox: one command, as an argument vector, in a disposable workspace copy.
 
-Owns running a command under bubblewrap where the host allows it (no network, a
-read-only system, none of the host's files, its own pid namespace, a clean environment,
-an unprivileged user, a size-limited /workspace and /tmp), with rlimits, per-run control
-groups, a wall timeout that kills the whole process tree and output read within a byte
-budget; the workspace copy made as the sandbox user; and saying which of these
-protections were in force and what the copy left out. It never runs a shell string and
-never writes to the original workspace.
+Owns one run from start to cleanup: its run directory and control groups, the workspace
+copy made as the sandbox user, the wall timeout that kills the whole process tree, why
+the command ended, and the result with which protections were in force and what the
+copy left out. What the run starts (bubblewrap or not, environment, rlimits) and which
+protections that holds is `_sandbox_launch`'s. It never runs a shell string and never
+writes to the original workspace.
 """
 
 from __future__ import annotations
@@ -14,26 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 import signal
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ConfigurationError
-from handrail.tools._sandbox_bwrap import (
-    SANDBOX_HOME,
-    SANDBOX_NAME,
-    BwrapLayout,
-    HoldFds,
-    bwrap_argv,
-    etc_files,
-)
-from handrail.tools._sandbox_cgroup import MEMORY, PIDS, RunCgroups
+from handrail.tools._sandbox_bwrap import etc_files
+from handrail.tools._sandbox_cgroup import RunCgroups
 from handrail.tools._sandbox_files import (
     CopyFull,
     LeftOut,
@@ -44,7 +35,14 @@ from handrail.tools._sandbox_files import (
 )
 from handrail.tools._sandbox_host import Host, discover, find_space
 from handrail.tools._sandbox_identity import as_user
-from handrail.tools._sandbox_process import Budget, Child, Output, Rlimit, child_setup, settle
+from handrail.tools._sandbox_launch import (
+    Launch,
+    cgroup_controllers,
+    held_protections,
+    prepare_launch,
+    wanted_protections,
+)
+from handrail.tools._sandbox_process import Budget, Child, Output, settle
 from handrail.tools._sandbox_space import Hold, Space, SpaceUnavailableError
 from handrail.tools._sandbox_types import (
     ISOLATION,
@@ -114,15 +112,6 @@ class _Run:
             os.close(self.descriptors.pop())
 
 
-@dataclass(frozen=True, slots=True)
-class _Launch:
-    argv: list[str]
-    cwd: Path
-    env: dict[str, str]
-    setup: Callable[[], None]
-    protections: frozenset[Protection]
-
-
 class Sandbox:
     """Runs commands from a fixed configuration; see the module docstring.
 
@@ -151,11 +140,12 @@ class Sandbox:
     async def protections(self) -> frozenset[Protection]:
         """The protections a run would have on this host (probes bubblewrap once)."""
         host = await self._host()
-        return self._protections(host, self._cgroup_controllers(host))
+        limits = self._config.limits
+        return held_protections(limits, host, cgroup_controllers(limits, host))
 
     async def missing(self) -> frozenset[Protection]:
         """What a run would lack: see `SandboxResult.missing`."""
-        return self._wanted() - await self.protections()
+        return wanted_protections(self._config.limits) - await self.protections()
 
     async def run(
         self,
@@ -212,7 +202,14 @@ class Sandbox:
         )
         if host.bwrap is not None:
             run.hold = Hold.make()
-        launch = self._launch(run, host, command)
+        launch = prepare_launch(
+            config,
+            host,
+            command,
+            directory=run.directory,
+            cgroups=run.cgroups,
+            hold=run.hold,
+        )
         budget = Budget(limits.max_output_bytes)
         stdout, stderr = Output(config.output), Output(config.output)
         left_out = LeftOut()
@@ -344,7 +341,7 @@ class Sandbox:
     def _unfit(
         self,
         command: tuple[str, ...],
-        launch: _Launch,
+        launch: Launch,
         outputs: tuple[Output, Output],
         *,
         quota: int | None,
@@ -371,7 +368,7 @@ class Sandbox:
     def _result(
         self,
         command: tuple[str, ...],
-        launch: _Launch,
+        launch: Launch,
         *,
         exit_code: int | None,
         signal_number: int | None,
@@ -394,7 +391,7 @@ class Sandbox:
             stdout_bytes=stdout.bytes,
             stderr_bytes=stderr.bytes,
             protections=launch.protections,
-            missing=self._wanted() - launch.protections,
+            missing=wanted_protections(self._config.limits) - launch.protections,
             changes=changes,
             left_out=left_out or LeftOut(),
         )
@@ -425,96 +422,6 @@ class Sandbox:
         # The unprivileged user must pass through the run directory to its workspace.
         directory.chmod(0o711)
         return source, copy
-
-    def _launch(self, run: _Run, host: Host, command: tuple[str, ...]) -> _Launch:
-        config = self._config
-        limits = config.limits
-        cgroups = run.cgroups.controllers if run.cgroups else frozenset()
-        # RLIMIT_NPROC counts every process of the user on the host (concurrent runs and
-        # zombies not yet reaped too), so it is only the bound when no pids group is.
-        nproc = host.drop is not None and PIDS not in cgroups
-        rlimits = _rlimits(limits, nproc=nproc)
-        procs = run.cgroups.procs_files if run.cgroups else ()
-        protections = self._protections(host, cgroups)
-        if host.bwrap is not None and run.hold is not None:
-            info, block = run.hold.child_fds
-            layout = BwrapLayout(
-                bwrap=host.bwrap,
-                etc_dir=run.directory / "etc",
-                read_only=[PurePosixPath(p.as_posix()) for p in config.read_only_paths],
-                env=_environment(config, SANDBOX_HOME, SANDBOX_HOME),
-                tmp_bytes=limits.tmp_bytes,
-                disk_bytes=limits.disk_bytes,
-                hold=HoldFds(info=info, block=block),
-                switch=host.switch,
-            )
-            return _Launch(
-                argv=bwrap_argv(layout, command),
-                cwd=run.directory,
-                env={},
-                setup=child_setup(procs, rlimits, None),
-                protections=protections,
-            )
-        env = _environment(config, str(run.directory / "home"), str(run.directory / "tmp"))
-        return _Launch(
-            argv=list(command),
-            cwd=run.directory / "workspace",
-            env=env,
-            setup=child_setup(procs, rlimits, host.drop),
-            protections=protections,
-        )
-
-    def _protections(self, host: Host, cgroups: frozenset[str]) -> frozenset[Protection]:
-        limits = self._config.limits
-        held = {Protection.WORKSPACE_COPY, Protection.CLEAN_ENVIRONMENT, Protection.WALL_TIMEOUT}
-        if host.bwrap is not None:
-            held |= ISOLATION
-        if host.unprivileged:
-            held.add(Protection.UNPRIVILEGED_USER)
-        optional = {
-            Protection.CPU_LIMIT: limits.cpu_seconds,
-            Protection.ADDRESS_SPACE_LIMIT: limits.address_space_bytes,
-            Protection.FILE_SIZE_LIMIT: limits.file_size_bytes,
-            Protection.OPEN_FILES_LIMIT: limits.open_files,
-            Protection.OUTPUT_LIMIT: limits.max_output_bytes,
-        }
-        held |= {protection for protection, value in optional.items() if value is not None}
-        if limits.memory_bytes is not None and MEMORY in cgroups:
-            held.add(Protection.MEMORY_LIMIT)
-        if limits.max_processes is not None and (PIDS in cgroups or host.drop is not None):
-            held.add(Protection.PROCESS_LIMIT)
-        if limits.disk_bytes is not None and host.bwrap is not None:
-            held.add(Protection.DISK_LIMIT)
-        return frozenset(held)
-
-    def _cgroup_controllers(self, host: Host) -> frozenset[str]:
-        limits = self._config.limits
-        wanted = {PIDS: limits.max_processes, MEMORY: limits.memory_bytes}
-        return frozenset(c for c, value in wanted.items() if value is not None and c in host.sites)
-
-    def _wanted(self) -> frozenset[Protection]:
-        limits = self._config.limits
-        # Isolation and an unprivileged user are what a sandbox is for: turned off by the
-        # configuration or not, their absence is reported. A limit set to None is not.
-        wanted = {
-            Protection.WORKSPACE_COPY,
-            Protection.CLEAN_ENVIRONMENT,
-            Protection.WALL_TIMEOUT,
-            Protection.UNPRIVILEGED_USER,
-            *ISOLATION,
-        }
-        optional = {
-            Protection.CPU_LIMIT: limits.cpu_seconds,
-            Protection.ADDRESS_SPACE_LIMIT: limits.address_space_bytes,
-            Protection.MEMORY_LIMIT: limits.memory_bytes,
-            Protection.PROCESS_LIMIT: limits.max_processes,
-            Protection.FILE_SIZE_LIMIT: limits.file_size_bytes,
-            Protection.OPEN_FILES_LIMIT: limits.open_files,
-            Protection.OUTPUT_LIMIT: limits.max_output_bytes,
-            Protection.DISK_LIMIT: limits.disk_bytes,
-        }
-        wanted |= {protection for protection, value in optional.items() if value is not None}
-        return frozenset(wanted)
 
     async def _dispose(self, run: _Run) -> None:
         """Wait for the tree to end, then remove the groups and the run directory."""
@@ -552,7 +459,7 @@ class Sandbox:
         )
 
 
-# --- launching and supervising -------------------------------------------------------------
+# --- checking, stopping, judging ------------------------------------------------------------
 
 
 def _checked_argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -563,44 +470,6 @@ def _checked_argv(argv: Sequence[str]) -> tuple[str, ...]:
     if not argv[0]:
         raise ConfigurationError("a sandbox command needs a program name")
     return tuple(argv)
-
-
-def _environment(config: SandboxConfig, home: str, tmp: str) -> dict[str, str]:
-    env = {
-        "PATH": config.path,
-        "HOME": home,
-        "TMPDIR": tmp,
-        "LANG": "C.UTF-8",
-        "USER": SANDBOX_NAME,
-        "LOGNAME": SANDBOX_NAME,
-    }
-    env.update(config.env)
-    return env
-
-
-def _rlimits(limits: SandboxLimits, *, nproc: bool) -> tuple[Rlimit, ...]:
-    """The rlimits to set, each lowered to this process's own hard limit."""
-    wanted: list[tuple[int, int | None, int | None]] = [
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_CPU, limits.cpu_seconds, _plus_one(limits.cpu_seconds)),
-        (resource.RLIMIT_AS, limits.address_space_bytes, limits.address_space_bytes),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes, limits.file_size_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-    ]
-    if nproc:
-        wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
-    chosen: list[Rlimit] = []
-    for kind, soft, hard in wanted:
-        if soft is None or hard is None:
-            continue
-        _, current = resource.getrlimit(kind)
-        ceiling = hard if current == resource.RLIM_INFINITY else min(hard, current)
-        chosen.append((kind, (min(soft, ceiling), ceiling)))
-    return tuple(chosen)
-
-
-def _plus_one(value: int | None) -> int | None:
-    return None if value is None else value + 1
 
 
 def _stop(run: _Run) -> None:
