@@ -43,11 +43,11 @@ from handrail.loop.models import (
     OpenAICompatibleClient,
     ScriptedModelClient,
     Usage,
-    _retry_after,
     load_cassette,
     parse_cassette,
     record_cassette,
 )
+from handrail.loop.models._sdk import retry_after
 from handrail.shaping.marking import DataMarker
 from handrail.testing import ModelTurn, ScriptExhaustedError
 
@@ -875,7 +875,7 @@ def test_retry_after_is_read_in_seconds_and_nonsense_is_ignored(
     headers: dict[str, str],
     seconds: float | None,
 ) -> None:
-    assert _retry_after(headers) == seconds
+    assert retry_after(headers) == seconds
 
 
 async def test_a_response_the_sdk_refuses_to_validate_is_a_final_error(

@@ -1,8 +1,9 @@
 """Gemini (Google Gen AI, REST camelCase) wire format, both ways.
 
 Function declarations and tool config out, `functionCall` parts in (whole responses
-and streams), `functionResponse` parts back, and whole `contents`. It keeps provider
-ids verbatim, gives id-less calls stable ids of its own, and never decides exposure.
+and streams, read by `_gemini_calls`), `functionResponse` parts back, and whole
+`contents`. It keeps provider ids verbatim, gives id-less calls stable ids of its own,
+and never decides exposure.
 
 Ids. Gemini usually sends calls without an `id` and matches results by name and order.
 Handrail needs one id per call, so a call without one gets
@@ -40,16 +41,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
-import pydantic
 import pydantic_core
 
 from handrail.adapters._common import plain_json, sendable
+from handrail.adapters._gemini_calls import (
+    ID_PREFIX,
+    PROVIDER,
+    GeminiStreamAssembler,
+    Turnkey,
+    calls_of_parts,
+    finish_defect,
+    first_candidate,
+    parts_of,
+    plain_object,
+    text_or_none,
+    wire_field,
+)
 from handrail.adapters._ids import id_from_wire, id_to_wire
 from handrail.adapters._names import (
     name_from_wire,
     name_to_wire,
     to_wire_name,
-    wire_name_defect,
 )
 from handrail.adapters._openapi import to_openapi
 from handrail.adapters.base import (
@@ -70,7 +82,6 @@ from handrail.adapters.transcript import (
     pair_results,
 )
 from handrail.calls import ToolCall
-from handrail.canonical import sha256_hex
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError
 from handrail.shaping.marking import DataMarker
@@ -79,20 +90,10 @@ from handrail.text import escape_lone_surrogates
 
 __all__ = ["GEMINI_NAME", "ID_PREFIX", "PROVIDER", "GeminiAdapter", "tool_definitions"]
 
-PROVIDER = "gemini"
-
 GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
 """Gemini's rule for function names: a letter or '_', then letters, digits, '_.:-'."""
 
-ID_PREFIX = "gemini_"
-"""Starts every id Handrail gives a call that Gemini sent without one."""
-
-_NORMAL_FINISH = frozenset({"STOP"})
-_UNSET_FINISH = frozenset({"", "FINISH_REASON_UNSPECIFIED"})
 _USER_ROLES = frozenset({"user", "function", "tool"})
-_CAMEL_HUMP = re.compile(r"(?<!^)(?=[A-Z])")
-
-Turnkey = str | int
 
 
 class GeminiAdapter:
@@ -172,12 +173,12 @@ class GeminiAdapter:
         the module docstring); without it, the response's `responseId` does.
         """
         _check_definitions(definitions)
-        data = _plain(response, "a GenerateContentResponse")
-        candidate = _candidate(data)
+        data = plain_object(response, "a GenerateContentResponse")
+        candidate = first_candidate(data)
         if candidate is None:
             return []
-        key = turn if turn is not None else _string(_get(data, "responseId"))
-        return _calls(_parts(candidate), _finish_defect(candidate, streamed=False), key)
+        key = turn if turn is not None else text_or_none(wire_field(data, "responseId"))
+        return calls_of_parts(parts_of(candidate), finish_defect(candidate, streamed=False), key)
 
     def stream(
         self,
@@ -187,7 +188,7 @@ class GeminiAdapter:
     ) -> StreamAssembler:
         """An assembler for the chunks of one `streamGenerateContent` response."""
         _check_definitions(definitions)
-        return _GeminiStream(turn)
+        return GeminiStreamAssembler(turn)
 
     def render_results(
         self,
@@ -259,9 +260,9 @@ class GeminiAdapter:
         turns: list[Turn] = []
         pending: list[ToolCall] = []
         for index, message in enumerate(messages):
-            data = _plain(message, "a Content")
-            role = _get(data, "role") or "user"
-            parts = _parts(data)
+            data = plain_object(message, "a Content")
+            role = wire_field(data, "role") or "user"
+            parts = parts_of(data)
             if role == "model":
                 turn = _assistant_turn(parts, f"contents[{index}]")
                 pending = list(turn.calls)
@@ -281,124 +282,6 @@ def tool_definitions(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     the OpenAPI-subset `parameters` and the report of what was rewritten.
     """
     return GeminiAdapter(parameters_json_schema=True).tool_definitions(specs).payload
-
-
-class _GeminiStream:
-    """Collects the parts of one streamed response; Gemini streams whole calls."""
-
-    def __init__(self, turn: Turnkey | None) -> None:
-        self._turn = turn
-        self._response_id: str | None = None
-        self._parts: list[Mapping[str, Any]] = []
-        self._candidate: dict[str, Any] = {}
-
-    def feed(self, event: object) -> None:
-        """Take the next chunk: an SDK `GenerateContentResponse`, a dict or JSON text."""
-        data = _plain(event, "a GenerateContentResponse chunk")
-        self._response_id = self._response_id or _string(_get(data, "responseId"))
-        candidate = _candidate(data)
-        if candidate is None:
-            return
-        self._parts.extend(_parts(candidate))
-        reason = _get(candidate, "finishReason")
-        if reason is not None:
-            self._candidate["finishReason"] = reason
-
-    def finish(self) -> list[ToolCall]:
-        """Every call of the stream, in order; all defective if it did not end normally."""
-        key = self._turn if self._turn is not None else self._response_id
-        return _calls(self._parts, _finish_defect(self._candidate, streamed=True), key)
-
-
-# --- calls in ----------------------------------------------------------------------------------
-
-
-def _calls(
-    parts: Sequence[Mapping[str, Any]],
-    defect: str | None,
-    key: Turnkey | None,
-) -> list[ToolCall]:
-    """The `functionCall` parts as ToolCalls, ids kept or derived from `key`."""
-    calls: list[ToolCall] = []
-    for part in parts:
-        function_call = _get(part, "functionCall")
-        if not isinstance(function_call, Mapping):
-            continue
-        name = _string(_get(function_call, "name")) or ""
-        args = _get(function_call, "args")
-        call_id = _string(_get(function_call, "id"))
-        if call_id is None:
-            if key is None:
-                raise ConfigurationError(
-                    "a Gemini call without an id needs a turn key: pass turn= or keep the "
-                    "response's responseId",
-                )
-            call_id = _derived_id(key, len(calls), name, args)
-        calls.append(
-            ToolCall(
-                id=call_id,
-                name=name_from_wire(name),
-                arguments=_arguments_in(args),
-                provider=PROVIDER,
-                raw=dict(part),
-                defect=defect or _fragment_defect(function_call) or wire_name_defect(name),
-            ),
-        )
-    return calls
-
-
-def _arguments_in(args: object) -> str | dict[str, Any]:
-    """Gemini's `args` for the gate: absent is `{}`, a non-object goes on as JSON text."""
-    if args is None:
-        return {}
-    if isinstance(args, Mapping):
-        return dict(args)
-    # Not an object: the gate's stage 1 refuses it with INVALID_ARGUMENTS.
-    return json.dumps(args)
-
-
-def _fragment_defect(function_call: Mapping[str, Any]) -> str | None:
-    """Why a call streamed in argument fragments (Vertex `partialArgs`) must not run."""
-    if _get(function_call, "partialArgs") is not None or _get(function_call, "willContinue"):
-        return "the call's arguments came in fragments, which Handrail does not assemble"
-    return None
-
-
-def _derived_id(key: Turnkey, index: int, name: str, args: object) -> str:
-    """A stable id for a call Gemini sent without one (see the module docstring)."""
-    material = {"turn": key, "index": index, "name": name, "args": args}
-    # Sorted, compact JSON is stable for the same decoded response, which is all an id
-    # needs; it is also C-fast, where the JCS form would triple this adapter's cost.
-    data = json.dumps(material, sort_keys=True, separators=(",", ":"), default=repr)
-    return ID_PREFIX + sha256_hex(data.encode("utf-8", "surrogatepass"))[:24]
-
-
-def _finish_defect(candidate: Mapping[str, Any], *, streamed: bool) -> str | None:
-    """Why every call of a candidate must not run, from its finish reason; None if fine."""
-    reason = _get(candidate, "finishReason")
-    if reason in _NORMAL_FINISH:
-        return None
-    if reason is None or reason in _UNSET_FINISH:
-        return "the stream ended before Gemini said why it stopped" if streamed else None
-    return f"the response stopped with finish reason {str(reason)[:40]!r}, not STOP"
-
-
-def _candidate(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The candidate with index 0 (the first), which tool calls are read from."""
-    candidates = _get(data, "candidates")
-    if not isinstance(candidates, list):
-        return None
-    for candidate in candidates:
-        if isinstance(candidate, Mapping) and not _get(candidate, "index"):
-            return candidate
-    return None
-
-
-def _parts(holder: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The parts of a Content, or of a candidate's content."""
-    content = _get(holder, "content") if "parts" not in holder else holder
-    parts = _get(content, "parts") if isinstance(content, Mapping) else None
-    return [part for part in parts if isinstance(part, Mapping)] if isinstance(parts, list) else []
 
 
 # --- results and transcripts out -------------------------------------------------------------
@@ -439,7 +322,7 @@ def _call_part(call: ToolCall, wire_name: str) -> dict[str, Any]:
         },
     }
     raw = _gemini_raw(call)
-    signature = _get(raw, "thoughtSignature") if raw is not None else None
+    signature = wire_field(raw, "thoughtSignature") if raw is not None else None
     if isinstance(signature, str):
         part["thoughtSignature"] = signature
     return part
@@ -473,8 +356,8 @@ def _gemini_raw(call: ToolCall) -> Mapping[str, Any] | None:
     """The Gemini part a call was read from, if it still describes this call."""
     if call.provider != PROVIDER or not isinstance(call.raw, Mapping):
         return None
-    function_call = _get(call.raw, "functionCall")
-    name = _get(function_call, "name") if isinstance(function_call, Mapping) else None
+    function_call = wire_field(call.raw, "functionCall")
+    name = wire_field(function_call, "name") if isinstance(function_call, Mapping) else None
     return call.raw if isinstance(name, str) and name_from_wire(name) == call.name else None
 
 
@@ -483,7 +366,7 @@ def _wire_name(call: ToolCall) -> str:
     raw = _gemini_raw(call)
     if raw is not None:
         # No request body can hold a lone surrogate: such a name (never a tool's) escaped.
-        return escape_lone_surrogates(str(_get(_get(raw, "functionCall"), "name")))
+        return escape_lone_surrogates(str(wire_field(wire_field(raw, "functionCall"), "name")))
     return name_to_wire(call.name)
 
 
@@ -492,7 +375,7 @@ def _provider_id(call: ToolCall) -> str | None:
     if call.provider != PROVIDER:
         return id_to_wire(call.id)
     raw = _gemini_raw(call)
-    sent = _get(_get(raw, "functionCall"), "id") if raw is not None else None
+    sent = wire_field(wire_field(raw, "functionCall"), "id") if raw is not None else None
     if not isinstance(sent, str) or call.id not in {sent, id_from_wire(sent)}:
         return None
     return id_to_wire(call.id)
@@ -502,20 +385,22 @@ def _assistant_turn(parts: Sequence[Mapping[str, Any]], key: str) -> AssistantTu
     texts: list[str] = []
     call_parts: list[Mapping[str, Any]] = []
     for part in parts:
-        if _get(part, "thought"):
+        if wire_field(part, "thought"):
             continue
-        if _get(part, "functionCall") is not None:
-            args = _get(_get(part, "functionCall"), "args")
+        if wire_field(part, "functionCall") is not None:
+            args = wire_field(wire_field(part, "functionCall"), "args")
             if args is not None and not isinstance(args, Mapping):
                 raise UntranslatableError(f"{key} has a call whose args are not an object")
             call_parts.append(part)
-        elif isinstance(_get(part, "text"), str):
-            texts.append(_get(part, "text"))
+        elif isinstance(wire_field(part, "text"), str):
+            texts.append(wire_field(part, "text"))
         else:
             raise UntranslatableError(f"{key} has a part with no neutral form: {sorted(part)}")
     return AssistantTurn(
         text="".join(texts) if texts else None,
-        calls=tuple(replace(c, id=id_from_wire(c.id)) for c in _calls(call_parts, None, key)),
+        calls=tuple(
+            replace(c, id=id_from_wire(c.id)) for c in calls_of_parts(call_parts, None, key)
+        ),
     )
 
 
@@ -525,17 +410,17 @@ def _user_turns(parts: Sequence[Mapping[str, Any]], pending: list[ToolCall]) -> 
     texts: list[str] = []
     results: list[ToolResult] = []
     for part in parts:
-        function_response = _get(part, "functionResponse")
+        function_response = wire_field(part, "functionResponse")
         if isinstance(function_response, Mapping):
             if texts:
                 turns.append(UserTurn(text="".join(texts)))
                 texts = []
             results.append(_result(function_response, pending))
-        elif isinstance(_get(part, "text"), str):
+        elif isinstance(wire_field(part, "text"), str):
             if results:
                 turns.append(ToolResultsTurn(results=tuple(results)))
                 results = []
-            texts.append(_get(part, "text"))
+            texts.append(wire_field(part, "text"))
         else:
             raise UntranslatableError(f"a user part with no neutral form: {sorted(part)}")
     if texts:
@@ -547,8 +432,8 @@ def _user_turns(parts: Sequence[Mapping[str, Any]], pending: list[ToolCall]) -> 
 
 def _result(function_response: Mapping[str, Any], pending: list[ToolCall]) -> ToolResult:
     """One `functionResponse` as a result, matched to its call by id, else by name."""
-    wire = _string(_get(function_response, "name")) or ""
-    call_id = _string(_get(function_response, "id"))
+    wire = text_or_none(wire_field(function_response, "name")) or ""
+    call_id = text_or_none(wire_field(function_response, "id"))
     if call_id is not None:
         call_id = id_from_wire(call_id)
     if call_id is None:
@@ -559,7 +444,7 @@ def _result(function_response: Mapping[str, Any], pending: list[ToolCall]) -> To
         call_id = match.id
     else:
         pending[:] = [c for c in pending if c.id != call_id]
-    response = _get(function_response, "response")
+    response = wire_field(function_response, "response")
     response = response if isinstance(response, Mapping) else {}
     if len(response) == 1 and ("output" in response or "error" in response):
         [(key, value)] = response.items()
@@ -575,41 +460,6 @@ def _result(function_response: Mapping[str, Any], pending: list[ToolCall]) -> To
         content=_content_text(dict(response)),
         is_error="error" in response,
     )
-
-
-# --- plain data ------------------------------------------------------------------------------
-
-
-def _plain(value: object, what: str) -> Mapping[str, Any]:
-    """A JSON object from an SDK model (camelCase), a mapping or JSON text.
-
-    Raises UntranslatableError for anything else: it has no neutral form.
-    """
-    if isinstance(value, pydantic.BaseModel):
-        dumped: Any = value.model_dump(mode="json", by_alias=True, exclude_none=True)
-    elif isinstance(value, str | bytes | bytearray):
-        try:
-            dumped = json.loads(value)
-        except ValueError:
-            raise UntranslatableError(f"expected {what}, got text that is not JSON") from None
-    else:
-        dumped = value
-    if not isinstance(dumped, Mapping):
-        raise UntranslatableError(f"expected {what}, got {type(dumped).__name__}")
-    return dumped
-
-
-def _get(data: object, camel: str) -> Any:  # noqa: ANN401 - a JSON value of any shape
-    """A field by its REST (camelCase) name, or by the SDK's snake_case one."""
-    if not isinstance(data, Mapping):
-        return None
-    if camel in data:
-        return data[camel]
-    return data.get(_CAMEL_HUMP.sub("_", camel).lower())
-
-
-def _string(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def _check_definitions(definitions: Definitions | None) -> None:

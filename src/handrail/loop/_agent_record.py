@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 
@@ -33,6 +33,9 @@ from handrail.errors import ConfigurationError
 from handrail.loop.budgets import ModelPrice, PriceTable, RunBudget
 from handrail.loop.models import ModelReply, cassette_items, parse_cassette
 
+if TYPE_CHECKING:
+    from handrail.runs import RunRecord
+
 __all__ = [
     "DOCUMENT_VERSION",
     "CallOutcome",
@@ -43,6 +46,7 @@ __all__ = [
     "StepLog",
     "budget_json",
     "outcomes",
+    "read_run",
 ]
 
 DOCUMENT_VERSION = 1
@@ -453,3 +457,8 @@ class _Document(pydantic.BaseModel):
 def outcomes(envelopes: Sequence[Envelope]) -> tuple[CallOutcome, ...]:
     """The outcomes of a turn's envelopes, in order."""
     return tuple(CallOutcome.of(envelope) for envelope in envelopes)
+
+
+def read_run(record: RunRecord) -> RunData:
+    """The loop's document of a stored run; ConfigurationError if it is not one."""
+    return RunData.parse(record.data)

@@ -21,14 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from handrail.adapters.transcript import (
-    AssistantTurn,
-    CallIdLedger,
-    Turn,
-    UserTurn,
-    pair_results,
-)
-from handrail.envelope import Envelope, ErrorDetail, Status, Trust
+from handrail.adapters.transcript import AssistantTurn, CallIdLedger, UserTurn, pair_results
+from handrail.envelope import Envelope
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, WriteRefusedError
 from handrail.execution import command_key
 from handrail.loop._agent_record import (
@@ -39,7 +33,16 @@ from handrail.loop._agent_record import (
     RunStatus,
     StepLog,
     outcomes,
+    read_run,
 )
+from handrail.loop._replay import (
+    ReplayReport,
+    replay_report,
+    replay_resumes,
+    replay_session,
+    replayed_calls,
+)
+from handrail.loop._session import PLANNED, Session, confirmed_text, pending_plans
 from handrail.loop.answers import CheckedAnswer, EvidenceChecker, FinalAnswer, TextCheck
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
 from handrail.loop.models import (
@@ -47,7 +50,6 @@ from handrail.loop.models import (
     ModelError,
     ModelReply,
     ModelRequest,
-    ScriptedModelClient,
     ScriptExhaustedError,
 )
 from handrail.principal import Principal
@@ -94,7 +96,6 @@ LOOP_INSTRUCTIONS = (
 
 DEFAULT_SYSTEM = f"{MODEL_INSTRUCTIONS}\n\n{LOOP_INSTRUCTIONS}"
 
-_PLANNED = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FENCE = re.compile(r"\A```(?:json)?\s*(?P<body>.*?)\s*```\Z", re.DOTALL)
 _SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
@@ -128,93 +129,7 @@ class RunOutcome:
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ReplayReport:
-    """A replay against the recorded run: both step logs and ends, and what differs."""
-
-    run_id: str
-    recorded: tuple[StepLog, ...]
-    replayed: tuple[StepLog, ...]
-    recorded_end: str
-    replayed_end: str
-    differences: tuple[str, ...]
-
-    @property
-    def matched(self) -> bool:
-        """True when every step's outcomes and the end are the recorded ones."""
-        return not self.differences
-
-
-@dataclass(kw_only=True, slots=True)
-class _Session:
-    """The working state of one run while the loop drives it."""
-
-    run_id: str
-    principal: Principal
-    data: RunData
-    tracker: BudgetTracker
-    model: ModelClient
-    record: RunRecord | None
-    """The stored record this session last wrote; None while replaying (nothing stored)."""
-    transcript: list[Turn]
-    replies: list[ModelReply]
-    steps: list[StepLog]
-    pending: list[PendingPlan]
-    keys: list[str]
-    recorded: RunData | None = None
-    """While replaying: the run being replayed."""
-
-    @classmethod
-    def of(
-        cls,
-        data: RunData,
-        *,
-        run_id: str,
-        principal: Principal,
-        tracker: BudgetTracker,
-        model: ModelClient,
-        record: RunRecord | None,
-    ) -> _Session:
-        return cls(
-            run_id=run_id,
-            principal=principal,
-            data=data,
-            tracker=tracker,
-            model=model,
-            record=record,
-            transcript=list(data.transcript),
-            replies=list(data.replies),
-            steps=list(data.steps),
-            pending=list(data.pending),
-            keys=list(data.keys),
-        )
-
-    def snapshot(self, end: RunEnd | None = None) -> RunData:
-        return dataclasses.replace(
-            self.data,
-            budget=self.tracker.snapshot(),
-            transcript=tuple(self.transcript),
-            replies=tuple(self.replies),
-            steps=tuple(self.steps),
-            pending=tuple(self.pending),
-            keys=tuple(self.keys),
-            end=end,
-        )
-
-    def ledger(self) -> CallIdLedger:
-        ledger = CallIdLedger()
-        for turn in self.transcript:
-            if isinstance(turn, AssistantTurn):
-                ledger.admit(turn.calls)
-        return ledger
-
-
-Runner = Callable[[Sequence["ToolCall"], _Session], Awaitable[list[Envelope]]]
-
-
-def read_run(record: RunRecord) -> RunData:
-    """The loop's document of a stored run; ConfigurationError if it is not one."""
-    return RunData.parse(record.data)
+Runner = Callable[[Sequence["ToolCall"], Session], Awaitable[list[Envelope]]]
 
 
 class AgentLoop:
@@ -286,7 +201,7 @@ class AgentLoop:
         if not await self._io(self._store.insert_run, record):
             raise RunRefusedError(ErrorCode.CONFLICT, "A run with this id exists.")
         tracker.start()
-        session = _Session.of(
+        session = Session.of(
             data,
             run_id=run_id,
             principal=principal,
@@ -296,7 +211,7 @@ class AgentLoop:
         )
         return await self._drive(session, self._live)
 
-    async def _drive(self, s: _Session, runner: Runner) -> RunOutcome:
+    async def _drive(self, s: Session, runner: Runner) -> RunOutcome:
         """Steps until the run finishes, suspends, fails or a budget trips."""
         tools = self._gate.registry.exposed(s.principal)
         ledger = s.ledger()
@@ -310,7 +225,7 @@ class AgentLoop:
 
     async def _step(
         self,
-        s: _Session,
+        s: Session,
         runner: Runner,
         tools: Sequence[ToolSpec],
         ledger: CallIdLedger,
@@ -353,16 +268,16 @@ class AgentLoop:
             s.keys.extend(self._command_keys(s, calls, envelopes))
         if trip is not None:
             raise trip
-        s.pending.extend(_pending(calls, envelopes))
+        s.pending.extend(pending_plans(calls, envelopes))
         if not s.pending:
             await self._save(s, RunState.RUNNING)
             return None
         if s.recorded is None:
             await self._save(s, RunState.SUSPENDED)
             return self._outcome(s, RunStatus.SUSPENDED)
-        return None if self._replay_resumes(s) else self._outcome(s, RunStatus.SUSPENDED)
+        return None if replay_resumes(s, self._marker) else self._outcome(s, RunStatus.SUSPENDED)
 
-    async def _live(self, calls: Sequence[ToolCall], s: _Session) -> list[Envelope]:
+    async def _live(self, calls: Sequence[ToolCall], s: Session) -> list[Envelope]:
         return await self._gate.handle_batch(
             calls,
             s.principal,
@@ -371,7 +286,7 @@ class AgentLoop:
         )
 
     def _command_keys(
-        self, s: _Session, calls: Sequence[ToolCall], envelopes: Sequence[Envelope]
+        self, s: Session, calls: Sequence[ToolCall], envelopes: Sequence[Envelope]
     ) -> list[str]:
         """Keys of the writes this turn ran under the run's command ids (not plans)."""
         keys: list[str] = []
@@ -381,7 +296,7 @@ class AgentLoop:
                 tool is None
                 or tool.spec.read_only
                 or tool.spec.idempotency.mode is not IdempotencyMode.COMMAND_ID
-                or envelope.error_type in _PLANNED
+                or envelope.error_type in PLANNED
             ):
                 continue
             keys.append(
@@ -395,7 +310,7 @@ class AgentLoop:
             )
         return keys
 
-    async def _finish(self, s: _Session, reply: ModelReply) -> RunOutcome:
+    async def _finish(self, s: Session, reply: ModelReply) -> RunOutcome:
         text = reply.text or ""
         s.transcript.append(AssistantTurn(text=reply.text))
         answer = _final_answer(text)
@@ -412,21 +327,21 @@ class AgentLoop:
         await self._save(s, RunState.FINISHED, end)
         return self._outcome(s, RunStatus.FINISHED, text=text, text_check=check)
 
-    async def _end_budget(self, s: _Session, trip: BudgetTrip) -> RunOutcome:
+    async def _end_budget(self, s: Session, trip: BudgetTrip) -> RunOutcome:
         end = RunEnd(status=RunStatus.BUDGET_EXHAUSTED, trip=trip.to_dict())
         await self._save(s, RunState.FAILED, end)
         return self._outcome(s, RunStatus.BUDGET_EXHAUSTED, trip=trip)
 
-    async def _end_error(self, s: _Session, code: str) -> RunOutcome:
+    async def _end_error(self, s: Session, code: str) -> RunOutcome:
         await self._save(s, RunState.FAILED, RunEnd(status=RunStatus.FAILED, error=code))
         return self._outcome(s, RunStatus.FAILED, error=code)
 
-    def _outcome(self, s: _Session, status: RunStatus, **fields: Any) -> RunOutcome:  # noqa: ANN401
+    def _outcome(self, s: Session, status: RunStatus, **fields: Any) -> RunOutcome:  # noqa: ANN401
         if status is RunStatus.SUSPENDED:
             fields["plan_ids"] = tuple(p.plan_id for p in s.pending)
         return RunOutcome(run_id=s.run_id, status=status, steps=s.tracker.steps, **fields)
 
-    async def _save(self, s: _Session, state: RunState, end: RunEnd | None = None) -> None:
+    async def _save(self, s: Session, state: RunState, end: RunEnd | None = None) -> None:
         """Store the session as the run's next version; CONFLICT if another moved it."""
         s.data = s.snapshot(end)
         if s.record is None:
@@ -475,7 +390,7 @@ class AgentLoop:
             raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         tracker.start()
-        session = _Session.of(
+        session = Session.of(
             data,
             run_id=run_id,
             principal=principal,
@@ -497,7 +412,7 @@ class AgentLoop:
         session.pending = [p for p in session.pending if p.plan_id != plan_id]
         if key is not None:
             session.keys.append(key)
-        session.transcript.append(UserTurn(text=self._confirmed(pending, envelope)))
+        session.transcript.append(UserTurn(text=confirmed_text(pending, envelope, self._marker)))
         session.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
         if session.pending:
             await self._save(session, RunState.SUSPENDED)
@@ -528,18 +443,10 @@ class AgentLoop:
         )
         if outcome.key is None:
             # Refused before its key: nothing ran.
-            if outcome.code in _PLANNED:
+            if outcome.code in PLANNED:
                 raise WriteRefusedError(outcome.code, outcome.envelope.summary)
             return _refused(outcome.envelope), None
         return outcome.envelope, outcome.key
-
-    def _confirmed(self, pending: PendingPlan, envelope: Envelope) -> str:
-        return (
-            f"[handrail] The user confirmed plan {pending.plan_id} (proposed by call "
-            f"{pending.call_id} of {pending.tool}) in the application, and it was "
-            f"submitted. Its result, for call {pending.call_id}, follows.\n"
-            f"{self._marker.mark(envelope)}"
-        )
 
     # --- replay ---------------------------------------------------------------------------------
 
@@ -560,80 +467,19 @@ class AgentLoop:
         record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
         if record is None:
             raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
-        recorded = read_run(record)
-        tracker = BudgetTracker(recorded.limits, self._clock)
-        fresh = dataclasses.replace(
-            recorded,
-            budget=tracker.snapshot(),
-            transcript=(UserTurn(text=recorded.task),),
-            replies=(),
-            steps=(),
-            pending=(),
-            keys=(),
-            end=None,
-        )
-        session = _Session.of(
-            fresh,
+        session = replay_session(
+            read_run(record),
             run_id=run_id,
-            principal=principal or Principal.from_snapshot(recorded.principal),
-            tracker=tracker,
-            model=model or ScriptedModelClient(recorded.replies, record_requests=False),
-            record=None,
+            clock=self._clock,
+            model=model,
+            principal=principal,
         )
-        session.recorded = recorded
-        session.keys = list(recorded.keys)
-        tracker.start()
         outcome = await self._drive(session, self._replayed)
-        recorded_end = recorded.end.label() if recorded.end is not None else record.state.value
-        replayed_end = (
-            session.data.end.label() if session.data.end is not None else outcome.status.value
-        )
-        return ReplayReport(
-            run_id=run_id,
-            recorded=recorded.steps,
-            replayed=tuple(session.steps),
-            recorded_end=recorded_end,
-            replayed_end=replayed_end,
-            differences=_differences(recorded.steps, session.steps, recorded_end, replayed_end),
-        )
+        return replay_report(record, session, outcome.status)
 
-    async def _replayed(self, calls: Sequence[ToolCall], s: _Session) -> list[Envelope]:
-        """Reads through the gate again; writes answered by their recorded outcomes."""
-        assert s.recorded is not None  # noqa: S101 - only replays use this runner
-        index = len(s.steps)
-        logged = s.recorded.steps[index].calls if index < len(s.recorded.steps) else ()
-        by_id = {outcome.call_id: outcome for outcome in logged}
-        reads: list[ToolCall] = []
-        written: dict[str, Envelope] = {}
-        for call in calls:
-            tool = self._gate.registry.lookup(call.name, s.principal)
-            if tool is None or tool.spec.read_only:
-                reads.append(call)
-            else:
-                written[call.id] = _stand_in(call, by_id.get(call.id))
-        envelopes = iter(
-            await self._gate.handle_batch(reads, s.principal, timeout=s.tracker.remaining_seconds())
-            if reads
-            else []
-        )
-        return [written[call.id] if call.id in written else next(envelopes) for call in calls]
-
-    def _replay_resumes(self, s: _Session) -> bool:
-        """Apply the recorded resumes that followed this step; True when none is left."""
-        assert s.recorded is not None  # noqa: S101 - only replays get here
-        later = s.recorded.steps[len(s.steps) :]
-        for step in later:
-            if step.kind != "resume" or not step.calls:
-                break
-            # Matched by the proposing call's id: a replayed plan has no real plan id.
-            pending = next((p for p in s.pending if p.call_id == step.calls[0].call_id), None)
-            if pending is None:
-                break
-            s.pending.remove(pending)
-            envelope = _stand_in(_call_named(pending), step.calls[0], executed=True)
-            s.transcript.append(UserTurn(text=self._confirmed(pending, envelope)))
-            s.steps.append(step)
-        return not s.pending
+    async def _replayed(self, calls: Sequence[ToolCall], s: Session) -> list[Envelope]:
+        """The replay's runner: reads through the gate, writes as recorded (`_replay`)."""
+        return await replayed_calls(self._gate, calls, s)
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -644,16 +490,6 @@ class AgentLoop:
 
 def _command_id(run_id: str, call: ToolCall) -> str:
     return f"{run_id}:{call.id}"
-
-
-def _pending(calls: Sequence[ToolCall], envelopes: Sequence[Envelope]) -> list[PendingPlan]:
-    found: list[PendingPlan] = []
-    for call, envelope in zip(calls, envelopes, strict=True):
-        if envelope.error_type in _PLANNED and isinstance(envelope.data, dict):
-            plan_id = envelope.data.get("plan_id")
-            if isinstance(plan_id, str):
-                found.append(PendingPlan(plan_id=plan_id, call_id=call.id, tool=envelope.tool))
-    return found
 
 
 def _final_answer(text: str) -> FinalAnswer | None:
@@ -693,69 +529,3 @@ def _refused(envelope: Envelope) -> Envelope:
     return dataclasses.replace(
         envelope, summary=f"The confirmed plan was not executed: {envelope.summary}"
     )
-
-
-def _call_named(pending: PendingPlan) -> ToolCall:
-    from handrail.calls import ToolCall  # noqa: PLC0415 - a runtime need in one place only
-
-    return ToolCall(id=pending.call_id, name=pending.tool, arguments=None)
-
-
-def _stand_in(call: ToolCall, logged: CallOutcome | None, *, executed: bool = False) -> Envelope:
-    """The recorded outcome of a write, as an envelope a replay shows the model."""
-    what = "execution" if executed else "call"
-    if logged is None:
-        return Envelope(
-            call_id=call.id,
-            tool=call.name,
-            status=Status.ERROR,
-            summary="A replay does not run writes, and this one has no recorded outcome.",
-            error=ErrorDetail(code=ErrorCode.RISK_BLOCKED),
-            trust=Trust.HANDRAIL,
-            source="handrail",
-        )
-    status = Status(logged.status)
-    code = None if logged.code is None else ErrorCode(logged.code)
-    return Envelope(
-        call_id=call.id,
-        tool=logged.tool,
-        status=status,
-        summary=f"Replayed: the recorded {what} of this write.",
-        truncated=status is Status.TRUNCATED,
-        error=None if code is None else ErrorDetail(code=code),
-        data={"plan_id": f"replayed-{call.id}"} if code in _PLANNED else None,
-        trust=Trust.HANDRAIL,
-        source="handrail",
-    )
-
-
-def _differences(
-    recorded: Sequence[StepLog],
-    replayed: Sequence[StepLog],
-    recorded_end: str,
-    replayed_end: str,
-) -> tuple[str, ...]:
-    found: list[str] = []
-    for index in range(max(len(recorded), len(replayed))):
-        if index >= len(recorded):
-            found.append(f"step {index + 1}: only in the replay")
-            continue
-        if index >= len(replayed):
-            found.append(f"step {index + 1}: only in the recorded run")
-            continue
-        found.extend(_step_differences(index + 1, recorded[index], replayed[index]))
-    if recorded_end != replayed_end:
-        found.append(f"end: recorded {recorded_end!r}, replayed {replayed_end!r}")
-    return tuple(found)
-
-
-def _step_differences(number: int, recorded: StepLog, replayed: StepLog) -> list[str]:
-    if recorded.kind != replayed.kind:
-        return [f"step {number}: recorded a {recorded.kind} step, replayed a {replayed.kind} step"]
-    if [c.call_id for c in recorded.calls] != [c.call_id for c in replayed.calls]:
-        return [f"step {number}: the calls differ"]
-    return [
-        f"step {number}: call {a.call_id!r} ({a.tool}) was {a.describe()}, replayed {b.describe()}"
-        for a, b in zip(recorded.calls, replayed.calls, strict=True)
-        if (a.tool, a.status, a.code) != (b.tool, b.status, b.code)
-    ]

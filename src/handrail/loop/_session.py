@@ -1,0 +1,120 @@
+"""The working state of one run while the loop drives it, and what a turn adds to it.
+
+`Session` holds a run's transcript, replies, step log, pending plans and execution keys
+between two stored versions; `pending_plans` reads the plans a turn proposed, and
+`confirmed_text` words a person's confirmation for the model. It never asks a model,
+runs a call or stores anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
+from handrail.errors import ErrorCode
+from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
+from handrail.loop.budgets import BudgetTracker
+from handrail.loop.models import ModelClient, ModelReply
+from handrail.principal import Principal
+from handrail.runs import RunRecord
+
+if TYPE_CHECKING:
+    from handrail.calls import ToolCall
+    from handrail.envelope import Envelope
+    from handrail.shaping.marking import DataMarker
+
+__all__ = ["PLANNED", "Session", "confirmed_text", "pending_plans"]
+
+PLANNED = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
+"""The codes of a call that became a plan awaiting a person."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Session:
+    """The working state of one run while the loop drives it."""
+
+    run_id: str
+    principal: Principal
+    data: RunData
+    tracker: BudgetTracker
+    model: ModelClient
+    record: RunRecord | None
+    """The stored record this session last wrote; None while replaying (nothing stored)."""
+    transcript: list[Turn]
+    replies: list[ModelReply]
+    steps: list[StepLog]
+    pending: list[PendingPlan]
+    keys: list[str]
+    recorded: RunData | None = None
+    """While replaying: the run being replayed."""
+
+    @classmethod
+    def of(
+        cls,
+        data: RunData,
+        *,
+        run_id: str,
+        principal: Principal,
+        tracker: BudgetTracker,
+        model: ModelClient,
+        record: RunRecord | None,
+    ) -> Session:
+        """A session that goes on from `data`, a run's document."""
+        return cls(
+            run_id=run_id,
+            principal=principal,
+            data=data,
+            tracker=tracker,
+            model=model,
+            record=record,
+            transcript=list(data.transcript),
+            replies=list(data.replies),
+            steps=list(data.steps),
+            pending=list(data.pending),
+            keys=list(data.keys),
+        )
+
+    def snapshot(self, end: RunEnd | None = None) -> RunData:
+        """The run's document as the session stands, ended by `end` if given."""
+        return dataclasses.replace(
+            self.data,
+            budget=self.tracker.snapshot(),
+            transcript=tuple(self.transcript),
+            replies=tuple(self.replies),
+            steps=tuple(self.steps),
+            pending=tuple(self.pending),
+            keys=tuple(self.keys),
+            end=end,
+        )
+
+    def ledger(self) -> CallIdLedger:
+        """A call-id ledger that holds every call of the transcript so far."""
+        ledger = CallIdLedger()
+        for turn in self.transcript:
+            if isinstance(turn, AssistantTurn):
+                ledger.admit(turn.calls)
+        return ledger
+
+
+def pending_plans(calls: Sequence[ToolCall], envelopes: Sequence[Envelope]) -> list[PendingPlan]:
+    """The plans a turn's calls became, each with the call that proposed it."""
+    found: list[PendingPlan] = []
+    for call, envelope in zip(calls, envelopes, strict=True):
+        if envelope.error_type in PLANNED and isinstance(envelope.data, dict):
+            plan_id = envelope.data.get("plan_id")
+            if isinstance(plan_id, str):
+                found.append(PendingPlan(plan_id=plan_id, call_id=call.id, tool=envelope.tool))
+    return found
+
+
+def confirmed_text(pending: PendingPlan, envelope: Envelope, marker: DataMarker) -> str:
+    """The user turn that tells the model a person confirmed a plan, and its result."""
+    return (
+        f"[handrail] The user confirmed plan {pending.plan_id} (proposed by call "
+        f"{pending.call_id} of {pending.tool}) in the application, and it was "
+        f"submitted. Its result, for call {pending.call_id}, follows.\n"
+        f"{marker.mark(envelope)}"
+    )

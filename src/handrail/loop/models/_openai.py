@@ -1,0 +1,130 @@
+"""`OpenAICompatibleClient`: Chat Completions through the official `openai` SDK.
+
+Renders a ModelRequest with `OpenAIChatAdapter` and reads the completion back into a
+ModelReply. The SDK is imported only when a client is made. It never retries on its
+own (the loop owns retries), runs a call or decides when a run ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from handrail.adapters.base import Definitions
+from handrail.adapters.openai_chat import OpenAIChatAdapter
+from handrail.errors import ConfigurationError
+from handrail.loop.models._protocol import ModelReply, ModelRequest, Usage, check_timeout
+from handrail.loop.models._sdk import (
+    call_sdk,
+    definitions_for,
+    text_or_none,
+    tokens,
+    unreadable,
+    wire_field,
+)
+from handrail.spec import ToolSpec
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAICompatibleClient"]
+
+
+class OpenAICompatibleClient:
+    """Chat Completions through the official `openai` SDK, at any compatible base URL.
+
+    Works with OpenAI and with servers that speak its API (vLLM, Ollama, llama.cpp).
+    `strict` sends tools in strict mode (see `OpenAIChatAdapter`). `max_retries` is the
+    SDK's own retrying, off by default: the loop owns retries and their budget.
+    `max_tokens_field` names the request field for `max_output_tokens`: `max_tokens`
+    for compatible servers, `max_completion_tokens` for OpenAI's reasoning models.
+    A `client` passed in is used as it is and not closed by `aclose`.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        strict: bool = True,
+        client: openai.AsyncOpenAI | None = None,
+        max_retries: int = 0,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+    ) -> None:
+        import openai  # noqa: PLC0415 - the SDK is an optional dependency
+
+        if max_retries < 0:
+            raise ConfigurationError("max_retries cannot be negative")
+        self.name = f"openai-chat/{model}"
+        self.adapter = OpenAIChatAdapter(strict=strict)
+        self._model = model
+        self._max_tokens_field = max_tokens_field
+        self._owned = client is None
+        self._client = (
+            client
+            if client is not None
+            else openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries)
+        )
+
+    def definitions(self, specs: Sequence[ToolSpec]) -> Definitions:
+        """The tools of `specs` rendered once, to pass as `ModelRequest.tools`."""
+        return self.adapter.tool_definitions(specs)
+
+    async def complete(self, request: ModelRequest, *, timeout: float) -> ModelReply:
+        """One chat completion; the whole exchange ends within `timeout` seconds.
+
+        Raises ModelError for a refused, failed, late or unreadable request, and
+        ConfigurationError (or UnsupportedSchemaError, UntranslatableError) for a
+        request that cannot be rendered.
+        """
+        import openai  # noqa: PLC0415 - the SDK is an optional dependency
+
+        check_timeout(timeout)
+        definitions = definitions_for(request, self.adapter)
+        messages: list[dict[str, Any]] = []
+        if request.system is not None:
+            messages.append({"role": "system", "content": request.system})
+        messages.extend(self.adapter.to_wire(request.transcript))
+        options: dict[str, Any] = {"model": self._model, "messages": messages}
+        if definitions.payload:
+            options["tools"] = definitions.payload
+            options["tool_choice"] = self.adapter.tool_choice(request.tool_choice)
+        if request.max_output_tokens is not None:
+            options[self._max_tokens_field] = request.max_output_tokens
+        provider = self.adapter.provider
+        completion = await call_sdk(
+            provider,
+            openai,
+            self._client.chat.completions.create(**options, timeout=timeout),
+            timeout,
+        )
+        return self._reply(completion, definitions)
+
+    def _reply(self, completion: object, definitions: Definitions) -> ModelReply:
+        # The SDK builds responses without validating them: read every field defensively.
+        provider = self.adapter.provider
+        choices = wire_field(completion, "choices")
+        if not isinstance(choices, list) or not choices:
+            raise unreadable(provider, "no choices")
+        choice = choices[0]
+        text = wire_field(wire_field(choice, "message"), "content")
+        if text is not None and not isinstance(text, str):
+            raise unreadable(provider, "its content is not text")
+        usage = wire_field(completion, "usage")
+        return ModelReply(
+            calls=tuple(self.adapter.parse_calls(completion, definitions=definitions)),
+            text=text,
+            usage=Usage(
+                input_tokens=tokens(usage, "prompt_tokens"),
+                output_tokens=tokens(usage, "completion_tokens"),
+            ),
+            finish_reason=text_or_none(wire_field(choice, "finish_reason")),
+            model=text_or_none(wire_field(completion, "model")) or self._model,
+            raw=completion,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client this client made; one passed in is left to its owner."""
+        if self._owned:
+            await self._client.close()
