@@ -22,24 +22,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
-import importlib.metadata
 import io
 import json
 import logging
-import os
-import platform
 import pstats
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pydantic
+from _measure import (
+    available,
+    elapsed_ns,
+    environment_facts,
+    interleaved,
+    same_round_ratio,
+    summary,
+    table,
+    version,
+)
 
 from handrail import (
     BatchingAuditSink,
@@ -276,7 +280,7 @@ def openai_agents_case() -> Case:
 
     return Case(
         key="openai_agents",
-        label=f"OpenAI Agents SDK {_version('openai-agents')}",
+        label=f"OpenAI Agents SDK {version('openai-agents')}",
         api=(
             "agents.function_tool(echo).on_invoke_tool(agents.tool_context.ToolContext("
             "context=None, tool_name, tool_call_id, tool_arguments), json_args); json.dumps"
@@ -311,7 +315,7 @@ async def pydantic_ai_case() -> Case:
 
     return Case(
         key="pydantic_ai",
-        label=f"Pydantic AI {_version('pydantic-ai-slim')}",
+        label=f"Pydantic AI {version('pydantic-ai-slim')}",
         api=(
             "pydantic_ai.tool_manager.ToolManager(toolset=FunctionToolset([echo]))"
             ".for_run_step(RunContext(deps=None, model=TestModel(), usage=RunUsage()))"
@@ -338,7 +342,7 @@ def langchain_case() -> Case:
 
     return Case(
         key="langchain",
-        label=f"LangChain core {_version('langchain-core')}",
+        label=f"LangChain core {version('langchain-core')}",
         api=(
             "langchain_core.tools.tool(echo).ainvoke({'name','args': json.loads(json_args),"
             "'id','type':'tool_call'}) -> ToolMessage.content"
@@ -363,7 +367,7 @@ def mcp_case() -> Case:
 
     return Case(
         key="mcp",
-        label=f"MCP SDK {_version('mcp')} (MCPServer)",
+        label=f"MCP SDK {version('mcp')} (MCPServer)",
         api=(
             "mcp.server.mcpserver.MCPServer.add_tool(echo); await server.call_tool('echo', "
             "json.loads(json_args)) -> CallToolResult.content[0].text"
@@ -376,31 +380,16 @@ def mcp_case() -> Case:
 
 async def peer_cases() -> tuple[list[Case], list[str]]:
     """Every peer that imports; the others are named in the notes, not measured."""
-    cases: list[Case] = []
-    notes: list[str] = []
     builders: list[tuple[str, Callable[[], Case | Awaitable[Case]]]] = [
         ("OpenAI Agents SDK", openai_agents_case),
         ("Pydantic AI", pydantic_ai_case),
         ("LangChain core", langchain_case),
         ("MCP SDK", mcp_case),
     ]
-    for name, build in builders:
-        try:
-            made = build()
-            cases.append(await made if isinstance(made, Awaitable) else made)
-        except ImportError as exc:
-            notes.append(f"{name} skipped: {exc} (install the bench dependency group)")
-    return cases, notes
+    return await available(builders)
 
 
-# --- measurement ------------------------------------------------------------------------------
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
+# --- measurement (the loop itself is bench/_measure.py) ---------------------------------------
 
 
 async def _outcome(call: Call, raw: str) -> Outcome:
@@ -419,15 +408,17 @@ async def check(case: Case) -> None:
     assert case.refused(outcome), (case.key, outcome)
 
 
-async def run_batch(case: Case, inputs: list[str]) -> int:
-    """Time len(inputs) calls (plus the case's settle step); nanoseconds."""
+async def _batch(case: Case, inputs: list[str]) -> None:
     call = case.call
-    start = time.perf_counter_ns()
     for raw in inputs:
         await call(raw)
     if case.settle is not None:
         case.settle()
-    elapsed = time.perf_counter_ns() - start
+
+
+async def run_batch(case: Case, inputs: list[str]) -> int:
+    """Time len(inputs) calls (plus the case's settle step); nanoseconds."""
+    elapsed = await elapsed_ns(_batch, case, inputs)
     if case.reset is not None:
         case.reset()
     return elapsed
@@ -436,15 +427,16 @@ async def run_batch(case: Case, inputs: list[str]) -> int:
 async def measure(cases: list[Case], *, rounds: int, calls: int, warmup: int) -> None:
     """Check, warm up, then run `rounds` interleaved rounds of `calls` calls per case."""
     inputs = [f'{{"x": {i}}}' for i in range(calls)]
-    for case in cases:
+
+    async def prepare(case: Case) -> None:
         await check(case)
         await run_batch(case, inputs[:warmup])
-    for index in range(rounds):
-        shift = index % len(cases)
-        for case in cases[shift:] + cases[:shift]:
-            gc.collect()
-            elapsed = await run_batch(case, inputs)
-            case.samples.append(elapsed / calls / 1000)
+
+    async def sample(case: Case) -> None:
+        elapsed = await run_batch(case, inputs)
+        case.samples.append(elapsed / calls / 1000)
+
+    await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
 
 
 def summarize(cases: list[Case]) -> list[Stats]:
@@ -452,24 +444,23 @@ def summarize(cases: list[Case]) -> list[Stats]:
     by_key = {case.key: case for case in cases}
     base = by_key[BASELINE].samples
     gate = by_key[HANDRAIL].samples
-
-    def paired(samples: list[float], reference: list[float]) -> float:
-        return statistics.median(a / b for a, b in zip(samples, reference, strict=True))
-
-    return [
-        Stats(
-            key=case.key,
-            label=case.label,
-            group=case.group,
-            api=case.api,
-            median_us=statistics.median(case.samples),
-            min_us=min(case.samples),
-            vs_baseline=paired(case.samples, base),
-            vs_handrail=paired(case.samples, gate),
-            rounds_us=[round(s, 3) for s in case.samples],
+    stats: list[Stats] = []
+    for case in cases:
+        spread = summary(case.samples)
+        stats.append(
+            Stats(
+                key=case.key,
+                label=case.label,
+                group=case.group,
+                api=case.api,
+                median_us=spread.median,
+                min_us=spread.minimum,
+                vs_baseline=same_round_ratio(case.samples, base),
+                vs_handrail=same_round_ratio(case.samples, gate),
+                rounds_us=spread.rounds,
+            )
         )
-        for case in cases
-    ]
+    return stats
 
 
 # --- reporting --------------------------------------------------------------------------------
@@ -487,15 +478,7 @@ def _table(title: str, rows: list[Stats]) -> str:
         )
         for s in rows
     ]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest])
-
-    rule = "-" * len(line(header))
-    return "\n".join([title, rule, line(header), rule, *(line(r) for r in body), rule])
+    return table(header, body, title)
 
 
 def findings(stats: list[Stats]) -> list[str]:
@@ -532,27 +515,22 @@ def findings(stats: list[Stats]) -> list[str]:
 
 def environment(args: argparse.Namespace) -> dict[str, object]:
     """What the numbers were measured on."""
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+    settings: dict[str, object] = {
         "rounds": args.rounds,
         "calls_per_round": args.calls,
         "warmup_calls": args.warmup,
-        "versions": {
-            name: _version(name)
-            for name in (
-                "handrail",
-                "pydantic",
-                "pydantic-core",
-                "jsonschema-rs",
-                "openai-agents",
-                "pydantic-ai-slim",
-                "langchain-core",
-                "mcp",
-            )
-        },
     }
+    distributions = (
+        "handrail",
+        "pydantic",
+        "pydantic-core",
+        "jsonschema-rs",
+        "openai-agents",
+        "pydantic-ai-slim",
+        "langchain-core",
+        "mcp",
+    )
+    return environment_facts(settings, distributions)
 
 
 # --- profiling --------------------------------------------------------------------------------

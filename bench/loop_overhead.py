@@ -37,21 +37,27 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib.metadata
 import itertools
 import json
 import logging
-import os
-import platform
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from _measure import (
+    available,
+    elapsed_ns,
+    environment_facts,
+    interleaved,
+    same_round_ratio,
+    summary,
+    table,
+    version,
+)
 
 from handrail import Gate, MemoryAuditSink, Principal, Registry, RiskLevel, SystemClock, tool
 from handrail.adapters.openai_chat import OpenAIChatAdapter
@@ -441,7 +447,7 @@ def pydantic_ai_case() -> Case:
 
     return Case(
         key="pydantic_ai",
-        label=f"Pydantic AI {_version('pydantic-ai-slim')}",
+        label=f"Pydantic AI {version('pydantic-ai-slim')}",
         api=(
             "pydantic_ai.Agent(tools=[echo]).run(prompt, model=FunctionModel(respond), "
             "usage_limits=UsageLimits(request_limit=None)); async respond returns "
@@ -520,7 +526,7 @@ def openai_agents_case() -> Case:
 
     return Case(
         key="openai_agents",
-        label=f"OpenAI Agents SDK {_version('openai-agents')}",
+        label=f"OpenAI Agents SDK {version('openai-agents')}",
         api=(
             "agents.Runner.run(Agent(tools=[function_tool(echo)]), prompt, max_turns, "
             "run_config=RunConfig(model=ScriptedAgentsModel(calls), tracing_disabled=True)); "
@@ -531,30 +537,16 @@ def openai_agents_case() -> Case:
     )
 
 
-def peer_cases() -> tuple[list[Case], list[str]]:
+async def peer_cases() -> tuple[list[Case], list[str]]:
     """Every peer that imports; the others are named in the notes, not measured."""
-    cases: list[Case] = []
-    notes: list[str] = []
     builders: list[tuple[str, Callable[[], Case]]] = [
         ("Pydantic AI", pydantic_ai_case),
         ("OpenAI Agents SDK", openai_agents_case),
     ]
-    for name, build in builders:
-        try:
-            cases.append(build())
-        except ImportError as exc:
-            notes.append(f"{name} skipped: {exc} (install the bench dependency group)")
-    return cases, notes
+    return await available(builders)
 
 
-# --- measurement ------------------------------------------------------------------------------
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
+# --- measurement (the loop itself is bench/_measure.py) ---------------------------------------
 
 
 async def check(case: Case, calls: int) -> None:
@@ -564,21 +556,17 @@ async def check(case: Case, calls: int) -> None:
         assert outcome == RunOutcome(text=FINAL_TEXT, tool_runs=n), (case.key, n, outcome)
 
 
-async def _timed(run: RunFn, calls: int) -> int:
-    start = time.perf_counter_ns()
-    await run(calls)
-    return time.perf_counter_ns() - start
-
-
 async def measure_round(case: Case, *, calls: int, runs: int) -> None:
-    """`runs` runs of `calls` calls alternating with `runs` empty runs; one sample each."""
+    """`runs` runs of `calls` calls alternating with `runs` empty runs; one sample each.
+
+    The garbage collector is off while they run (the caller collected just before).
+    """
     full = empty = 0
-    gc.collect()
     gc.disable()
     try:
         for _ in range(runs):
-            full += await _timed(case.run, calls)
-            empty += await _timed(case.run, 0)
+            full += await elapsed_ns(case.run, calls)
+            empty += await elapsed_ns(case.run, 0)
     finally:
         gc.enable()
     if case.reset is not None:
@@ -589,39 +577,41 @@ async def measure_round(case: Case, *, calls: int, runs: int) -> None:
 
 async def measure(cases: list[Case], *, rounds: int, calls: int, runs: int, warmup: int) -> None:
     """Check, warm up, then measure every case over `rounds` interleaved rounds."""
-    for case in cases:
+
+    async def prepare(case: Case) -> None:
         await check(case, min(calls, 3))
         for _ in range(warmup):
             await case.run(calls)
             await case.run(0)
         if case.reset is not None:
             case.reset()
-    for index in range(rounds):
-        shift = index % len(cases)
-        for case in cases[shift:] + cases[:shift]:
-            await measure_round(case, calls=calls, runs=runs)
+
+    async def sample(case: Case) -> None:
+        await measure_round(case, calls=calls, runs=runs)
+
+    await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
 
 
 def summarize(cases: list[Case]) -> list[Stats]:
     """Medians over rounds, and ratios to Handrail (audit off) taken within each round."""
     reference = next(case for case in cases if case.key == HANDRAIL)
-    return [
-        Stats(
-            key=case.key,
-            label=case.label,
-            group=case.group,
-            api=case.api,
-            median_us=statistics.median(case.per_call),
-            min_us=min(case.per_call),
-            fixed_us=statistics.median(case.fixed),
-            vs_handrail=statistics.median(
-                mine / theirs
-                for mine, theirs in zip(case.per_call, reference.per_call, strict=True)
-            ),
-            rounds_us=[round(sample, 3) for sample in case.per_call],
+    stats: list[Stats] = []
+    for case in cases:
+        spread = summary(case.per_call)
+        stats.append(
+            Stats(
+                key=case.key,
+                label=case.label,
+                group=case.group,
+                api=case.api,
+                median_us=spread.median,
+                min_us=spread.minimum,
+                fixed_us=summary(case.fixed).median,
+                vs_handrail=same_round_ratio(case.per_call, reference.per_call),
+                rounds_us=spread.rounds,
+            )
         )
-        for case in cases
-    ]
+    return stats
 
 
 # --- reporting --------------------------------------------------------------------------------
@@ -639,15 +629,7 @@ def _table(rows: list[Stats]) -> str:
         )
         for s in rows
     ]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest])
-
-    rule = "-" * len(line(header))
-    return "\n".join([rule, line(header), rule, *(line(r) for r in body), rule])
+    return table(header, body)
 
 
 JUDGED = {HANDRAIL: "composed loop (audit off)", AGENT_MEMORY: "AgentLoop (MemoryStore)"}
@@ -707,26 +689,21 @@ def findings(stats: list[Stats]) -> list[str]:
 
 def environment(args: argparse.Namespace) -> dict[str, object]:
     """What the numbers were measured on."""
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+    settings: dict[str, object] = {
         "rounds": args.rounds,
         "calls_per_run": args.calls,
         "runs_per_round": args.runs,
         "warmup_runs": args.warmup,
-        "versions": {
-            name: _version(name)
-            for name in (
-                "handrail",
-                "pydantic",
-                "pydantic-core",
-                "pydantic-ai-slim",
-                "openai-agents",
-                "openai",
-            )
-        },
     }
+    distributions = (
+        "handrail",
+        "pydantic",
+        "pydantic-core",
+        "pydantic-ai-slim",
+        "openai-agents",
+        "openai",
+    )
+    return environment_facts(settings, distributions)
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -738,7 +715,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
     with contextlib.ExitStack() as stack:
         cases = [*handrail_cases(), *agent_loop_cases(stack, sqlite=args.sqlite)]
         if args.peers:
-            more, skipped = peer_cases()
+            more, skipped = await peer_cases()
             cases.extend(more)
             notes.extend(skipped)
         await measure(

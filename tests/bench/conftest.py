@@ -15,8 +15,16 @@ _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.fixture(scope="module")
 def load_bench() -> Iterator[Callable[[str], ModuleType]]:
-    """`load_bench("gate_overhead")`: bench/gate_overhead.py imported; unloaded afterwards."""
+    """`load_bench("gate_overhead")`: bench/gate_overhead.py imported; unloaded afterwards.
+
+    bench/ is on `sys.path` meanwhile, as it is when a script runs, so that the scripts
+    find their shared helpers (bench/_measure.py).
+    """
     loaded: list[str] = []
+    folder = str(_BENCH)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
 
     def load(name: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
@@ -31,3 +39,5 @@ def load_bench() -> Iterator[Callable[[str], ModuleType]]:
     yield load
     for name in loaded:
         sys.modules.pop(name, None)
+    if added:
+        sys.path.remove(folder)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from stdnum.cn import ric
 
-from handrail.shaping import _detectors, _views
+from handrail.shaping import _candidates, _detect_entropy, _detect_personal, _provider_gates, _views
 from handrail.shaping._detectors import MIN_FINDING, Detectors
 from handrail.shaping.redact import IpMode, Kind, RedactionPolicy, Redactor
 
@@ -379,7 +379,7 @@ PROVIDER_SAMPLES: dict[str, tuple[str, str]] = {
 
 
 def test_every_provider_plugin_has_a_sample() -> None:
-    assert set(PROVIDER_SAMPLES) == {p.__name__ for p in _detectors.PROVIDER_PLUGINS}
+    assert set(PROVIDER_SAMPLES) == {p.__name__ for p in _provider_gates.PROVIDER_PLUGINS}
 
 
 @pytest.mark.parametrize("plugin", sorted(PROVIDER_SAMPLES))
@@ -421,7 +421,7 @@ def test_every_regex_plugin_of_detect_secrets_is_used_or_deliberately_replaced()
             and cls is not RegexBasedDetector
             and cls.__module__ == loaded.__name__
         }
-    used = {p.__name__ for p in _detectors.PROVIDER_PLUGINS}
+    used = {p.__name__ for p in _provider_gates.PROVIDER_PLUGINS}
     assert available == used | replaced
     assert not used & replaced
 
@@ -434,7 +434,7 @@ REVIEWED_PATTERNS = "9d2256b85827b03f"
 def _patterns_fingerprint() -> str:
     sources = [
         f"{plugin.__name__}:{index}:{pattern.flags}:{pattern.pattern}"
-        for plugin in _detectors.PROVIDER_PLUGINS
+        for plugin in _provider_gates.PROVIDER_PLUGINS
         for index, pattern in enumerate(plugin().denylist)
     ]
     return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
@@ -447,23 +447,23 @@ def test_the_provider_patterns_are_the_ones_the_gates_were_reviewed_for() -> Non
 def test_every_gate_names_an_existing_pattern() -> None:
     keys = {
         (plugin.__name__, index)
-        for plugin in _detectors.PROVIDER_PLUGINS
+        for plugin in _provider_gates.PROVIDER_PLUGINS
         for index, _ in enumerate(plugin().denylist)
     }
-    assert set(_detectors.GATES) <= keys
+    assert set(_provider_gates.GATES) <= keys
 
 
 GATED = [
     (plugin.__name__, index, pattern)
-    for plugin in _detectors.PROVIDER_PLUGINS
+    for plugin in _provider_gates.PROVIDER_PLUGINS
     for index, pattern in enumerate(plugin().denylist)
-    if (plugin.__name__, index) in _detectors.GATES
+    if (plugin.__name__, index) in _provider_gates.GATES
 ]
 
 
-def _windowed(gate: _detectors.Gate, pattern: re.Pattern[str], text: str) -> list[str]:
+def _windowed(gate: _provider_gates.Gate, pattern: re.Pattern[str], text: str) -> list[str]:
     views = _views.Views.of(text)
-    runs = _detectors._high_entropy(text, views, [], hex_tokens=False)
+    runs = _detect_entropy.high_entropy(text, views, [], hex_tokens=False)
     longest = max((end - start for start, end in runs), default=0)
     return [
         match.group()
@@ -478,7 +478,7 @@ def _windowed(gate: _detectors.Gate, pattern: re.Pattern[str], text: str) -> lis
 def test_a_gated_pattern_finds_in_its_windows_all_it_finds_in_the_whole_text(
     plugin: str, index: int, pattern: re.Pattern[str]
 ) -> None:
-    gate = _detectors.GATES[plugin, index]
+    gate = _provider_gates.GATES[plugin, index]
 
     @settings(max_examples=60, suppress_health_check=list(HealthCheck), deadline=None)
     @given(
@@ -771,16 +771,16 @@ NOISE = st.text(alphabet="0123456789 -.:+\nXADEabfW", max_size=24)
 
 def _reference(text: str, ip_mode: IpMode) -> list[tuple[int, int, int, Kind]]:
     """What the exact patterns find when run over the whole text, without anchors."""
-    d = _detectors
+    d = _detect_personal
     found_ = [
-        (d._RANK_PRC_ID, m.start(), m.end(), Kind.PRC_ID)
+        (_candidates.RANK_PRC_ID, m.start(), m.end(), Kind.PRC_ID)
         for m in d._PRC_ID.finditer(text)
         if ric.is_valid(m.group())
     ]
     for rank, kind, pattern, valid_end in (
-        (d._RANK_PHONE, Kind.PHONE, d._CN_MOBILE, d._cn_mobile_end),
-        (d._RANK_CARD, Kind.PAYMENT_CARD, d._CARD, d._card_end),
-        (d._RANK_IBAN, Kind.IBAN, d._IBAN, d._iban_end),
+        (_candidates.RANK_PHONE, Kind.PHONE, d._CN_MOBILE, d._cn_mobile_end),
+        (_candidates.RANK_CARD, Kind.PAYMENT_CARD, d._CARD, d._card_end),
+        (_candidates.RANK_IBAN, Kind.IBAN, d._IBAN, d._iban_end),
     ):
         last_end = 0  # every start a match can have, tried in turn
         for at in range(len(text)):
@@ -818,8 +818,8 @@ def test_numbers_and_addresses_found_through_anchors_are_those_of_a_full_scan(
     text = "".join(parts)
     views = _views.Views.of(text)
     windowed: list[tuple[int, int, int, Kind]] = []
-    _detectors._numbers(text, views, windowed)
-    _detectors._ips(text, views, windowed, everything=ip_mode is IpMode.ALL)
+    _detect_personal.numbers(text, views, windowed)
+    _detect_personal.ips(text, views, windowed, everything=ip_mode is IpMode.ALL)
     assert sorted(windowed) == _reference(text, ip_mode)
 
 

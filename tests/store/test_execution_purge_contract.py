@@ -9,25 +9,19 @@ tombstone is never purged again (nor deleted).
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from psycopg import sql
 
-from _stores import _admin_connection
+from _migrations import EmptyDatabase, migrate, revision
 from handrail.errors import IllegalTransitionError
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.spec import ConfirmationMode, RiskLevel
-from handrail.store import PostgresStore, SqliteStore, SqlStore, Store
+from handrail.store import SqliteStore, Store
 from handrail.store._tables import metadata
 
 S = ExecutionStatus
@@ -157,20 +151,6 @@ def test_only_a_settled_record_becomes_a_tombstone(status: ExecutionStatus) -> N
 # --- migration 0005 ------------------------------------------------------------------------------
 
 
-def _migrate(engine: sa.Engine, to: str, *, down: bool = False) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("handrail.store") / "migrations"))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, to)
-
-
-def _version(engine: sa.Engine) -> list[str]:
-    with engine.connect() as connection:
-        rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-    return [row[0] for row in rows]
-
-
 def _columns(engine: sa.Engine) -> set[str]:
     return {column["name"] for column in sa.inspect(engine).get_columns("executions")}
 
@@ -186,45 +166,28 @@ def _insert_0004_row(engine: sa.Engine) -> None:
         connection.execute(table.insert(), row)
 
 
-def _assert_upgrades_a_0004_database(engine: sa.Engine, reopen: Callable[[], SqlStore]) -> None:
-    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
-    from alembic.migration import MigrationContext  # noqa: PLC0415
-
-    _migrate(engine, "0004")
+def test_opening_a_store_of_revision_0004_adds_tombstones_and_keeps_the_records(
+    empty_database: EmptyDatabase,
+) -> None:
+    engine = empty_database.engine
+    migrate(engine, "0004")
     assert "purged_at" not in _columns(engine)
     _insert_0004_row(engine)
-    store = reopen()
-    try:
-        assert _version(store.engine) == ["0005"]
-        with store.engine.connect() as connection:
-            assert compare_metadata(MigrationContext.configure(connection), metadata) == []
+    with empty_database.reopened() as store:
         # The old row reads back as it was, not purged; then it purges to a tombstone.
         assert store.get_execution("hk1_a") == _settled()
         assert store.purge_executions(now=NOW) == 1
         tombstone = store.get_execution("hk1_a")
         assert tombstone is not None
         assert tombstone.purged_at == NOW
-    finally:
-        store.close()
-
-
-def test_opening_a_sqlite_store_of_revision_0004_adds_tombstones_and_keeps_the_records(
-    tmp_path: Path,
-) -> None:
-    file = tmp_path / "old.db"
-    engine = sa.create_engine(f"sqlite+pysqlite:///{file}")
-    try:
-        _assert_upgrades_a_0004_database(engine, lambda: SqliteStore.open(file))
-    finally:
-        engine.dispose()
 
 
 def test_downgrading_0005_drops_only_the_purge_time(tmp_path: Path) -> None:
     store = SqliteStore.open(tmp_path / "h.db")
     try:
         store.insert_execution(_settled(key="hk1_kept", retain_until=None))
-        _migrate(store.engine, "0004", down=True)
-        assert _version(store.engine) == ["0004"]
+        migrate(store.engine, "0004", down=True)
+        assert revision(store.engine) == ["0004"]
         assert _columns(store.engine) == {c.name for c in metadata.tables["executions"].columns} - {
             "purged_at"
         }
@@ -234,32 +197,3 @@ def test_downgrading_0005_drops_only_the_purge_time(tmp_path: Path) -> None:
         assert store.get_execution("hk1_kept") == _settled(key="hk1_kept", retain_until=None)
     finally:
         store.close()
-
-
-@pytest.fixture
-def empty_postgres_database(postgres_url: str) -> Iterator[str]:
-    """A database of its own, with no schema at all, dropped afterwards."""
-    name = f"handrail_purge_{uuid.uuid4().hex[:8]}"
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} ENCODING 'UTF8' TEMPLATE template0").format(
-                sql.Identifier(name),
-            ),
-        )
-    yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-        )
-
-
-@pytest.mark.postgres
-def test_opening_a_postgres_store_of_revision_0004_adds_tombstones_and_keeps_the_records(
-    empty_postgres_database: str,
-) -> None:
-    url = empty_postgres_database
-    engine = sa.create_engine("postgresql+psycopg://" + url.split("://", 1)[1])
-    try:
-        _assert_upgrades_a_0004_database(engine, lambda: PostgresStore.open(url))
-    finally:
-        engine.dispose()

@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from psycopg import sql
 
-from _stores import _admin_connection
+from _migrations import EmptyDatabase, migrate, revision, table_names
 from handrail.errors import StoreError
 from handrail.events import AuditEvent
 from handrail.raw import RawRecord
-from handrail.store import PostgresStore, SqliteStore, SqlStore, Store
-from handrail.store._tables import metadata, raw_results
+from handrail.store import SqliteStore, SqlStore, Store
+from handrail.store._tables import raw_results
 
 Race = Callable[[int, Callable[[int], bool]], list[bool]]
 
@@ -240,60 +235,24 @@ def test_a_database_without_the_raw_table_gives_store_errors(tmp_path: Path) -> 
         store.close()
 
 
-def _alembic(connection: sa.Connection) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("handrail.store") / "migrations"))
-    config.attributes["connection"] = connection
-    return config
-
-
-def _migrate(engine: sa.Engine, to: str, *, down: bool = False) -> None:
-    with engine.begin() as connection:
-        config = _alembic(connection)
-        (command.downgrade if down else command.upgrade)(config, to)
-
-
-def _version(engine: sa.Engine) -> list[str]:
-    with engine.connect() as connection:
-        rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-    return [row[0] for row in rows]
-
-
 def _event() -> AuditEvent:
     return AuditEvent(event_id="ev-old", at=T0, kind="call", stage="lookup", decision="pass")
 
 
-def _assert_upgrades_a_0002_database(engine: sa.Engine, reopen: Callable[[], SqlStore]) -> None:
-    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
-    from alembic.migration import MigrationContext  # noqa: PLC0415
-
-    _migrate(engine, "0002")
-    assert "raw_results" not in sa.inspect(engine).get_table_names()
+def test_opening_a_store_of_revision_0002_adds_raw_results_and_keeps_the_data(
+    empty_database: EmptyDatabase,
+) -> None:
+    engine = empty_database.engine
+    migrate(engine, "0002")
+    assert "raw_results" not in table_names(engine)
     old = SqlStore(engine)
     old.append_audit([_event()])
-    store = reopen()
-    try:
-        assert _version(store.engine) == ["0005"]
-        with store.engine.connect() as connection:
-            assert compare_metadata(MigrationContext.configure(connection), metadata) == []
+    with empty_database.reopened() as store:
         assert [e.event_id for e in store.read_audit()] == ["ev-old"]
         store.put_raw(_raw())
         assert store.get_raw("raw_a") == _raw()
         indexes = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("raw_results")}
         assert indexes == {"ix_raw_results_expires", "ix_raw_results_tenant_created"}
-    finally:
-        store.close()
-
-
-def test_opening_a_sqlite_store_of_revision_0002_adds_raw_results_and_keeps_the_data(
-    tmp_path: Path,
-) -> None:
-    file = tmp_path / "old.db"
-    engine = sa.create_engine(f"sqlite+pysqlite:///{file}")
-    try:
-        _assert_upgrades_a_0002_database(engine, lambda: SqliteStore.open(file))
-    finally:
-        engine.dispose()
 
 
 def test_downgrading_0003_drops_only_the_raw_results(tmp_path: Path) -> None:
@@ -301,42 +260,13 @@ def test_downgrading_0003_drops_only_the_raw_results(tmp_path: Path) -> None:
     try:
         store.append_audit([_event()])
         store.put_raw(_raw())
-        _migrate(store.engine, "0002", down=True)
-        tables = set(sa.inspect(store.engine).get_table_names())
+        migrate(store.engine, "0002", down=True)
+        tables = table_names(store.engine)
         assert "raw_results" not in tables
         assert {"audit_events", "executions", "plans"} <= tables
-        assert _version(store.engine) == ["0002"]
+        assert revision(store.engine) == ["0002"]
         store.migrate()
         assert store.get_raw("raw_a") is None
         assert [e.event_id for e in store.read_audit()] == ["ev-old"]
     finally:
         store.close()
-
-
-@pytest.fixture
-def empty_postgres_database(postgres_url: str) -> Iterator[str]:
-    """A database of its own, with no schema at all, dropped afterwards."""
-    name = f"handrail_raw_{uuid.uuid4().hex[:8]}"
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} ENCODING 'UTF8' TEMPLATE template0").format(
-                sql.Identifier(name),
-            ),
-        )
-    yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-        )
-
-
-@pytest.mark.postgres
-def test_opening_a_postgres_store_of_revision_0002_adds_raw_results_and_keeps_the_data(
-    empty_postgres_database: str,
-) -> None:
-    url = empty_postgres_database
-    engine = sa.create_engine("postgresql+psycopg://" + url.split("://", 1)[1])
-    try:
-        _assert_upgrades_a_0002_database(engine, lambda: PostgresStore.open(url))
-    finally:
-        engine.dispose()

@@ -9,27 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from hypothesis import given
 from hypothesis import strategies as st
-from psycopg import sql
 
-from _stores import _admin_connection
+from _migrations import EmptyDatabase, migrate, revision, table_names
 from handrail.errors import StoreError
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_successor
-from handrail.store import PostgresStore, SqliteStore, SqlStore, Store
-from handrail.store._tables import metadata
+from handrail.store import SqliteStore, SqlStore, Store
 
 Race = Callable[[int, Callable[[int], bool]], list[bool]]
 
@@ -403,20 +397,6 @@ def test_a_database_without_the_runs_table_gives_store_errors(tmp_path: Path) ->
         store.close()
 
 
-def _migrate(engine: sa.Engine, to: str, *, down: bool = False) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("handrail.store") / "migrations"))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, to)
-
-
-def _version(engine: sa.Engine) -> list[str]:
-    with engine.connect() as connection:
-        rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-    return [row[0] for row in rows]
-
-
 def _raw() -> RawRecord:
     return RawRecord(
         ref="raw_old",
@@ -433,36 +413,19 @@ def _raw() -> RawRecord:
     )
 
 
-def _assert_upgrades_a_0003_database(engine: sa.Engine, reopen: Callable[[], SqlStore]) -> None:
-    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
-    from alembic.migration import MigrationContext  # noqa: PLC0415
-
-    _migrate(engine, "0003")
-    assert "runs" not in sa.inspect(engine).get_table_names()
+def test_opening_a_store_of_revision_0003_adds_runs_and_keeps_the_data(
+    empty_database: EmptyDatabase,
+) -> None:
+    engine = empty_database.engine
+    migrate(engine, "0003")
+    assert "runs" not in table_names(engine)
     SqlStore(engine).put_raw(_raw())
-    store = reopen()
-    try:
-        assert _version(store.engine) == ["0005"]
-        with store.engine.connect() as connection:
-            assert compare_metadata(MigrationContext.configure(connection), metadata) == []
+    with empty_database.reopened() as store:
         assert store.get_raw("raw_old") == _raw()
         assert store.insert_run(_run())
         assert store.get_run("run_a") == _run()
         indexes = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("runs")}
         assert indexes == {"ix_runs_tenant_updated"}
-    finally:
-        store.close()
-
-
-def test_opening_a_sqlite_store_of_revision_0003_adds_runs_and_keeps_the_data(
-    tmp_path: Path,
-) -> None:
-    file = tmp_path / "old.db"
-    engine = sa.create_engine(f"sqlite+pysqlite:///{file}")
-    try:
-        _assert_upgrades_a_0003_database(engine, lambda: SqliteStore.open(file))
-    finally:
-        engine.dispose()
 
 
 def test_downgrading_0004_drops_only_the_runs(tmp_path: Path) -> None:
@@ -470,42 +433,13 @@ def test_downgrading_0004_drops_only_the_runs(tmp_path: Path) -> None:
     try:
         store.put_raw(_raw())
         store.insert_run(_run())
-        _migrate(store.engine, "0003", down=True)
-        tables = set(sa.inspect(store.engine).get_table_names())
+        migrate(store.engine, "0003", down=True)
+        tables = table_names(store.engine)
         assert "runs" not in tables
         assert {"audit_events", "executions", "plans", "raw_results"} <= tables
-        assert _version(store.engine) == ["0003"]
+        assert revision(store.engine) == ["0003"]
         store.migrate()
         assert store.get_run("run_a") is None
         assert store.get_raw("raw_old") == _raw()
     finally:
         store.close()
-
-
-@pytest.fixture
-def empty_postgres_database(postgres_url: str) -> Iterator[str]:
-    """A database of its own, with no schema at all, dropped afterwards."""
-    name = f"handrail_runs_{uuid.uuid4().hex[:8]}"
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} ENCODING 'UTF8' TEMPLATE template0").format(
-                sql.Identifier(name),
-            ),
-        )
-    yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-        )
-
-
-@pytest.mark.postgres
-def test_opening_a_postgres_store_of_revision_0003_adds_runs_and_keeps_the_data(
-    empty_postgres_database: str,
-) -> None:
-    url = empty_postgres_database
-    engine = sa.create_engine("postgresql+psycopg://" + url.split("://", 1)[1])
-    try:
-        _assert_upgrades_a_0003_database(engine, lambda: PostgresStore.open(url))
-    finally:
-        engine.dispose()

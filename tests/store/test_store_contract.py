@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from _migrations import assert_at_head
 from handrail.errors import ConfigurationError, StoreError
 from handrail.events import STORED_WIDTHS, AuditEvent, AuditSubject
 from handrail.store import PostgresStore, SqliteStore, Store, open_store
-from handrail.store._tables import audit_events, metadata
+from handrail.store._tables import audit_events
 
 
 def _event(n: int, *, tenant: str = "t1", call: str | None = None) -> AuditEvent:
@@ -134,7 +135,7 @@ def test_sqlite_store_runs_in_wal_mode_and_survives_reopening(tmp_path: Path) ->
 def test_sqlite_migrations_create_exactly_the_declared_tables(tmp_path: Path) -> None:
     store = SqliteStore.open(tmp_path / "h.db")
     try:
-        _assert_migrated_to_exactly_the_declared_tables(store)
+        assert_at_head(store.engine)
     finally:
         store.close()
 
@@ -168,24 +169,11 @@ def test_a_failed_migration_is_a_store_error(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def _assert_migrated_to_exactly_the_declared_tables(store: SqliteStore | PostgresStore) -> None:
-    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
-    from alembic.migration import MigrationContext  # noqa: PLC0415
-
-    with store.engine.connect() as connection:
-        diff = compare_metadata(MigrationContext.configure(connection), metadata)
-        versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-    tables = set(sa.inspect(store.engine).get_table_names()) - {"alembic_version"}
-    assert diff == []
-    assert tables == set(metadata.tables)
-    assert [row[0] for row in versions] == ["0005"]
-
-
 @pytest.mark.postgres
 def test_postgres_migrations_create_exactly_the_declared_tables(postgres_url: str) -> None:
     store = PostgresStore.open(postgres_url)
     try:
-        _assert_migrated_to_exactly_the_declared_tables(store)
+        assert_at_head(store.engine)
     finally:
         store.close()
 
@@ -197,7 +185,7 @@ def test_postgres_migrate_is_idempotent_and_keeps_the_data(postgres_url: str) ->
         store.append_audit([_event(901, tenant="idempotent-migrate")])
         store.migrate()
         store.migrate()
-        _assert_migrated_to_exactly_the_declared_tables(store)
+        assert_at_head(store.engine)
         again = PostgresStore.open(postgres_url)
         again.close()
         assert [e.event_id for e in store.read_audit(tenant_id="idempotent-migrate")] == [
