@@ -20,20 +20,27 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from psycopg import sql
 
 from _stores import _admin_connection
 from handrail.store import PostgresStore, SqliteStore, SqlStore
 from handrail.store._tables import metadata
 
-HEAD = "0005"
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("handrail.store") / "migrations"))
+    return config
+
+
+HEAD = ScriptDirectory.from_config(_config()).get_current_head()
 """The newest revision: where opening a store migrates to."""
 
 
 def migrate(engine: sa.Engine, to: str, *, down: bool = False) -> None:
     """Upgrade (or, with `down`, downgrade) the database of `engine` to revision `to`."""
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("handrail.store") / "migrations"))
+    config = _config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         (command.downgrade if down else command.upgrade)(config, to)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from typer.testing import CliRunner, Result
 
+from _migrations import migrate
 from handrail import cli
 from handrail.clock import SystemClock
 from handrail.events import AuditEvent
@@ -282,14 +281,7 @@ def test_a_store_of_revision_0002_is_a_clean_error_and_is_not_migrated(
     old = tmp_path / "old.db"
     engine = sa.create_engine(f"sqlite+pysqlite:///{old}")
     try:
-        with engine.begin() as connection:
-            config = Config()
-            config.set_main_option(
-                "script_location",
-                str(Path(cli.__file__).parents[1] / "store" / "migrations"),
-            )
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0002")
+        migrate(engine, "0002")
     finally:
         engine.dispose()
     for arguments in (
