@@ -187,7 +187,9 @@ class Gate:
             try:
                 if call.defect is not None:
                     raise refuse_defect(call.defect)
-                arguments = parse_arguments(call.arguments, self._limits)
+                arguments = parse_arguments(
+                    call.arguments, self._limits, write=not tool.spec.read_only
+                )
                 self._refuse_secrets(arguments)
             except Refusal:
                 if trail:

@@ -8,14 +8,16 @@ limits are kept out of reach here), and then as text, bytes or decoded object al
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
 from _json_strategies import json_scalars, json_values
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from handrail.checks.syntax import ArgumentLimits, parse_arguments
+from handrail.canonical import canonical_json
+from handrail.checks.syntax import ArgumentLimits, inexact_in_a_plan, parse_arguments
 from handrail.errors import ErrorCode, Refusal
 
 SAFE = 2**53 - 1
@@ -46,9 +48,14 @@ def _forms(obj: dict[str, object]) -> list[object]:
     ]
 
 
-def _refusal_code(raw: object, limits: ArgumentLimits) -> ErrorCode | None:
+def _refusal_code(
+    raw: object,
+    limits: ArgumentLimits,
+    *,
+    write: bool = False,
+) -> ErrorCode | None:
     try:
-        parse_arguments(raw, limits)
+        parse_arguments(raw, limits, write=write)
     except Refusal as refusal:
         return refusal.code
     return None
@@ -176,3 +183,79 @@ def test_the_text_prescan_never_skips_a_walk_that_would_refuse(
     value = json.loads(text)
     if _text_within_limits(text, limits):
         _check_shape(value, limits)  # must not raise
+
+
+# --- a write's numbers and the plan that keeps them (issue 14, design question 2) --------
+
+_EDGES = [2.0**53, float(2**53 - 1), 1e16, 1e21, math.nextafter(1e21, 0), 1.5e300, 0.5]
+PLAN_FLOATS = (
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(min_value=2.0**52, max_value=2e21)
+    | st.sampled_from(_EDGES)
+).flatmap(lambda f: st.sampled_from([f, -f]))
+PLAN_SCALARS = json_scalars(st.integers(min_value=-SAFE, max_value=SAFE), text_size=8) | PLAN_FLOATS
+PLAN_OBJECTS = st.dictionaries(
+    st.text(max_size=6),
+    json_values(PLAN_SCALARS, width=4, key_size=6, max_leaves=12),
+    max_size=5,
+)
+
+
+def _plan_keeps(obj: dict[str, object]) -> bool:
+    """Whether a plan's canonical JSON, read back, canonicalises to the same text."""
+    stored = canonical_json(obj)
+    try:
+        return canonical_json(json.loads(stored)) == stored
+    except ValueError:
+        return False
+
+
+@settings(max_examples=300)
+@given(obj=PLAN_OBJECTS)
+@example(obj={"a": [{"b": 1e16}]})
+@example(obj={"a": -(2.0**53)})
+@example(obj={"a": float(2**53 - 1), "b": 1e21})
+def test_a_write_is_accepted_exactly_when_its_plan_keeps_every_number(
+    obj: dict[str, object],
+) -> None:
+    limits = ArgumentLimits(max_depth=max(_depth(obj), 1), **ROOMY)
+    keeps = _plan_keeps(obj)
+    for raw in _forms(obj):
+        assert parse_arguments(raw, limits) == obj
+        if keeps:
+            assert parse_arguments(raw, limits, write=True) == obj
+        else:
+            assert _refusal_code(raw, limits, write=True) is ErrorCode.INVALID_ARGUMENTS
+
+
+FLOAT_SPELLINGS = st.one_of(
+    PLAN_FLOATS.map(json.dumps),
+    PLAN_FLOATS.map(lambda f: f"{f:.3e}"),
+    PLAN_FLOATS.filter(lambda f: abs(f) < 1e30).map(lambda f: f"{f:.2f}"),
+    st.builds(
+        lambda sign, mantissa, point, exponent: f"{sign}{mantissa}{point}e{exponent}",
+        st.sampled_from(["", "-"]),
+        st.integers(min_value=0, max_value=10**18),
+        st.sampled_from(["", ".0", ".5", ".000001"]),
+        st.sampled_from(["", "+", "-"]).flatmap(
+            lambda sign: st.integers(min_value=0, max_value=25).map(lambda n: f"{sign}{n}"),
+        ),
+    ),
+)
+
+
+@settings(max_examples=400)
+@given(spelling=FLOAT_SPELLINGS, nest=st.booleans())
+@example(spelling="9007199254740993.0", nest=False)
+@example(spelling="90071992547409.92e2", nest=True)
+@example(spelling="1E16", nest=False)
+def test_however_a_float_is_spelled_a_write_refuses_it_exactly_when_a_plan_cannot_keep_it(
+    spelling: str,
+    nest: bool,
+) -> None:
+    text = f'{{"a": [{{"b": {spelling}}}]}}' if nest else f'{{"a": {spelling}}}'
+    number = json.loads(spelling)
+    assume(math.isfinite(number))  # "1.798e+308" rounds to infinity: refused for that
+    expected = ErrorCode.INVALID_ARGUMENTS if inexact_in_a_plan(number) else None
+    assert _refusal_code(text, ArgumentLimits(), write=True) is expected
+    assert _refusal_code(text, ArgumentLimits()) is None

@@ -2,9 +2,9 @@
 
 Refuses (INVALID_ARGUMENTS) text that is not an object, duplicate keys, NaN and
 infinities, numbers no JSON consumer reads alike, lone surrogates, and documents
-beyond the size, depth and count limits, before anything else looks at them. Also the
-refusal of a call an adapter marked as defective (a truncated stream). Never looks at
-a tool's schema.
+beyond the size, depth and count limits, before anything else looks at them; in a
+write's arguments also floats a plan cannot keep exactly. Also the refusal of a call
+an adapter marked as defective (a truncated stream). Never looks at a tool's schema.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
+from handrail.paths import json_path
 
-__all__ = ["ArgumentLimits", "parse_arguments", "refuse_defect"]
+__all__ = ["ArgumentLimits", "inexact_in_a_plan", "parse_arguments", "refuse_defect"]
 
 
 # I-JSON (RFC 7493): integers beyond this lose precision in most JSON consumers.
@@ -29,6 +30,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Sixteen digits in a row can spell an integer beyond the safe range, and a three-digit
 # exponent a float that overflows to infinity.
 _RISKY_NUMBER = re.compile(r"\d{16}|[eE][+-]?\d{3}")
+# A float of magnitude 2**53 or more is written with sixteen integer digits or an exponent.
+_LARGE_FLOAT = re.compile(r"\d{16}|\d[eE]")
+# From 2**53 on every float is a whole number; from 1e21 on RFC 8785 writes it with an
+# exponent, which decodes as a float again.
+_WHOLE_FLOAT = 2.0**53
+_EXPONENT_FORM = 1e21
+_MAX_FIELD_ERRORS = 20
+_LEAVES = frozenset({str, int, bool, type(None)})
+_NOT_IN_A_PLAN = (
+    "is a whole number of magnitude 2**53 or more, which a write cannot keep exactly; "
+    "send a smaller number, or a string where the schema allows one"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,6 +193,74 @@ def _check_shape(value: object, limits: ArgumentLimits) -> int:
     return size
 
 
+def inexact_in_a_plan(number: float) -> bool:
+    """Whether a float comes back from a plan's canonical JSON as an unsafe integer.
+
+    A plan keeps its arguments as RFC 8785 text, which writes numbers as ECMAScript
+    does: a whole number below 1e21 without an exponent, so 1e16 is stored as
+    `10000000000000000` and read back as the int 10**16. From 2**53 on every float is
+    a whole number and that int lies outside ±(2**53 - 1): stage 1 refuses it when the
+    model writes it as an integer, RFC 8785 refuses to write it again (the plan could
+    never execute), and its digits need not be the ones the model sent (the decoder
+    already turned 9007199254740993.0 into ...992.0). Below 2**53 the int is the same
+    number and writes the same text again; from 1e21 on the text has an exponent and
+    reads back as the same float; fractions never become ints.
+    """
+    return _WHOLE_FLOAT <= abs(number) < _EXPONENT_FORM
+
+
+def _holds_plan_changes(value: dict[str, Any]) -> bool:
+    """Whether any float in `value` is `inexact_in_a_plan`; a walk that builds no paths."""
+    stack: list[object] = [value]
+    while stack:
+        node = stack.pop()
+        # Exact types first, since this runs per value.
+        if type(node) in _LEAVES:
+            continue
+        if type(node) is dict:
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+        elif isinstance(node, float):
+            if inexact_in_a_plan(node):
+                return True
+        elif isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def _refuse_plan_changes(value: dict[str, Any]) -> None:
+    """Refuse every float `inexact_in_a_plan`, named by its path, at any depth.
+
+    Runs after `_check_shape`, so the value is bounded JSON with string keys. Paths are
+    built only once a cheaper walk has found such a float.
+    """
+    if not _holds_plan_changes(value):
+        return
+    found: list[str] = []
+    stack: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float):
+            if inexact_in_a_plan(node):
+                found.append(json_path(path))
+        elif isinstance(node, Mapping):
+            stack.extend((child, (*path, key)) for key, child in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((child, (*path, index)) for index, child in enumerate(node))
+    raise Refusal(
+        ErrorCode.INVALID_ARGUMENTS,
+        "A number in the arguments is too large for a write to keep exactly; "
+        "correct the listed fields.",
+        stage="syntax",
+        retryable=True,
+        field_errors=dict.fromkeys(sorted(found)[:_MAX_FIELD_ERRORS], _NOT_IN_A_PLAN),
+        detail="a float in [2**53, 1e21) in a write's arguments",
+    )
+
+
 def _checked_text(raw: str, limits: ArgumentLimits) -> str:
     # Each character is at least one byte, so only long strings need encoding.
     if len(raw) > limits.max_bytes or (
@@ -190,12 +271,20 @@ def _checked_text(raw: str, limits: ArgumentLimits) -> str:
     return raw
 
 
-def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
+def parse_arguments(
+    raw: object,
+    limits: ArgumentLimits,
+    *,
+    write: bool = False,
+) -> dict[str, Any]:
     """Stage 1: decode the provider's arguments into a JSON object, within limits.
 
     Accepts JSON text (str or UTF-8 bytes), an already decoded mapping, or nothing
     (an empty object). Refuses non-objects, duplicate keys, NaN and infinities,
-    invalid UTF-8, lone surrogates, oversized, too deep or too numerous input.
+    invalid UTF-8, lone surrogates, oversized, too deep or too numerous input. With
+    `write` (arguments bound for a plan or an execution record), also every float
+    `inexact_in_a_plan` would flag, with its path as a field error; a read's
+    arguments are never stored to run again, so it gets such a float as decoded.
     """
     if type(raw) is str:  # the common case first: most providers send JSON text
         text = _checked_text(raw, limits)
@@ -204,7 +293,10 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
     elif isinstance(raw, Mapping):
         if _check_shape(raw, limits) > limits.max_bytes:
             raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
-        return dict(raw)
+        decoded = dict(raw)
+        if write:
+            _refuse_plan_changes(decoded)
+        return decoded
     elif isinstance(raw, bytes | bytearray | memoryview):
         if len(raw) > limits.max_bytes:
             raise _syntax(f"the arguments are larger than {limits.max_bytes} bytes")
@@ -236,6 +328,8 @@ def parse_arguments(raw: object, limits: ArgumentLimits) -> dict[str, Any]:
         raise _syntax(f"expected a JSON object, got {type(value).__name__}")
     if not _text_within_limits(text, limits):
         _check_shape(value, limits)
+    if write and _LARGE_FLOAT.search(text) is not None:
+        _refuse_plan_changes(value)
     return value
 
 
