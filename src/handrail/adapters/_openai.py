@@ -167,7 +167,7 @@ def _restored(text: str, restorer: Restorer) -> str | dict[str, Any]:
     large) is left as it is, so that the gate still sees it and refuses it.
     """
     try:
-        parsed = parse_arguments(text, _RESTORE_LIMITS)
+        parsed = parse_arguments(text, _RESTORE_LIMITS, write=False)
     except Refusal:
         return text
     restored = restorer.restore(parsed)

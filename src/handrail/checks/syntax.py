@@ -275,7 +275,7 @@ def parse_arguments(
     raw: object,
     limits: ArgumentLimits,
     *,
-    write: bool = False,
+    write: bool,
 ) -> dict[str, Any]:
     """Stage 1: decode the provider's arguments into a JSON object, within limits.
 
