@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -150,6 +151,17 @@ def test_plans_refuse_naive_times_and_no_confirmation() -> None:
         _plan(confirmation=ConfirmationMode.NONE)
     with pytest.raises(ValueError, match=r"(?i)nan"):
         _plan(arguments={"x": float("nan")})
+
+
+@pytest.mark.parametrize("number", [1e16, -(2.0**53), 9007199254740993.0, math.nextafter(1e21, 0)])
+def test_a_plan_refuses_a_float_that_would_read_back_as_an_integer_out_of_range(
+    number: float,
+) -> None:
+    # Stage 1 refuses these in a write's arguments; a host proposing directly gets this.
+    with pytest.raises(ValueError, match="read back"):
+        _plan(arguments={"limit": {"at": [number]}})
+    assert _plan(arguments={"limit": 2.0**53 - 1}).argument_values == {"limit": 2**53 - 1}
+    assert _plan(arguments={"limit": 1e21}).argument_values == {"limit": 1e21}
 
 
 _LEGAL = {

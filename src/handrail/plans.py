@@ -233,11 +233,19 @@ class Plan:
         if confirmation is ConfirmationMode.NONE:
             msg = "a plan exists to be confirmed; its confirmation mode cannot be NONE"
             raise ValueError(msg)
+        text = canonical_json(dict(arguments))
+        # JCS writes a whole float below 1e21 without an exponent, so one of 2**53 or more
+        # would read back as an integer no canonical form holds: the plan could never run.
+        try:
+            canonical_json(json.loads(text))
+        except ValueError as exc:
+            msg = "the arguments do not read back as the same JSON (a float of 2**53 or more)"
+            raise ValueError(msg) from exc
         fields_: dict[str, Any] = {
             "plan_id": plan_id,
             "tool": tool,
             "schema_version": schema_version,
-            "arguments": canonical_json(dict(arguments)).decode(),
+            "arguments": text.decode(),
             "expected_version": expected_version,
             "user_id": user_id,
             "tenant_id": tenant_id,
