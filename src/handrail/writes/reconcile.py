@@ -38,7 +38,8 @@ from handrail.record.audit import Auditor, AuditSink
 from handrail.retry import Sleep
 from handrail.spec import ReconcilePolicy
 from handrail.store.base import Store
-from handrail.writes.executor import Executor, stored_result
+from handrail.writes._attempts import stored_result
+from handrail.writes.executor import Executor
 from handrail.writes.outcome import WriteJob
 
 __all__ = ["PassReport", "Reconciler", "T", "resolve_by_person"]
