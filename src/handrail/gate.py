@@ -1,9 +1,9 @@
 """Gate: the façade that takes one proposed call through every stage to an Envelope.
 
-lookup → 1 syntax → 2 schema → 3 business rules → 4 authorization → risk → execute
-under the deadline → shape → envelope, with an audit event per stage. The order is
-straight-line code here and nowhere else; it is not pluggable. Refusals become an
-Envelope exactly once, in this module. A conversation guard, when given, refuses
+lookup → 1 syntax → 2 schema → tool permission → 3 business rules → 4 authorization
+→ risk → execute under the deadline → shape → envelope, with an audit event per stage.
+The order is straight-line code here and nowhere else; it is not pluggable. Refusals
+become an Envelope exactly once, in this module. A conversation guard, when given, refuses
 before lookup (breaker) and after the policy's decision (bypass).
 """
 
@@ -201,6 +201,12 @@ class Gate:
             if trail:
                 trail.record("schema", "pass")
 
+            # The coarse check: before stage 3 reads any data, so that a caller who may
+            # not use the tool at all cannot tell an existing id from a missing one.
+            check_permissions(principal, tool.spec)
+            if trail:
+                trail.record("permission", "pass")
+
             call_deadline = min(deadline, self._clock.monotonic() + tool.spec.timeout)
             ctx = (
                 self._context(tool, principal, call, call_deadline) if tool.needs_context else None
@@ -214,7 +220,6 @@ class Gate:
             if trail:
                 trail.record("business", "pass")
 
-            check_permissions(principal, tool.spec)
             required = tool.spec.confirmation.mode
             approval: ConfirmationPolicy | None = None
             if self._policy is not None:
