@@ -173,13 +173,7 @@ class Gate:
         try:
             if guard is not None and conversation is not None:
                 await guard.admit(principal, conversation)
-            tool = self._registry.lookup(call.name, principal)
-            if tool is None or (exposure is not None and call.name not in exposure.names):
-                raise Refusal(
-                    ErrorCode.UNKNOWN_TOOL,
-                    "No tool of that name is available. Use only the tools you were given.",
-                    stage="lookup",
-                )
+            tool = self._lookup(call, principal, exposure)
             if trail:
                 trail.tool(tool)
                 trail.record("lookup", "pass")
@@ -612,6 +606,21 @@ class Gate:
         if envelope.error_type in {ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL}:
             await writes.reject(plan_id, principal)
         return envelope
+
+    def _lookup(self, call: ToolCall, principal: Principal, exposure: Exposure | None) -> Tool:
+        """The tool the call names, if this principal may reach it and was shown it.
+
+        A tool outside `exposure` is refused exactly like a name that exists nowhere:
+        its envelope names no schema version either.
+        """
+        tool = self._registry.lookup(call.name, principal)
+        if tool is None or (exposure is not None and call.name not in exposure.names):
+            raise Refusal(
+                ErrorCode.UNKNOWN_TOOL,
+                "No tool of that name is available. Use only the tools you were given.",
+                stage="lookup",
+            )
+        return tool
 
     async def _decide(
         self,

@@ -193,6 +193,27 @@ def test_with_the_permission_missing_ids_are_not_found_and_a_restricted_one_is_d
     )
 
 
+def test_a_tool_not_shown_to_the_caller_reads_exactly_like_a_name_that_exists_nowhere(
+    bookstore: BookstoreApp,
+) -> None:
+    audit = MemoryAuditSink()
+    gate = _bookstore_gate(bookstore, audit)
+    statements = _watch(bookstore.database.engine)
+    shown = bookstore.registry.exposure(CLERK)
+    assert "bookstore.check_inventory" not in shown.names
+    hidden = gate.handle_sync(_probe(OWN_ISBN), CLERK, exposure=shown)
+    hidden_trail = _trail(audit)
+    nowhere = ToolCall(id="probe", name="bookstore.check_stock", arguments={"isbn": OWN_ISBN})
+    unknown = gate.handle_sync(nowhere, CLERK, exposure=shown)
+    unknown_trail = _trail(audit)
+    assert hidden.error_type is unknown.error_type is ErrorCode.UNKNOWN_TOOL
+    # Only the name the model itself sent differs; not even a schema version is shown.
+    assert hidden.to_model_dict() == unknown.to_model_dict()
+    assert hidden.schema_version is None
+    assert [row[:3] for row in hidden_trail] == [row[:3] for row in unknown_trail]
+    assert statements == []
+
+
 ORDER_IDS = ("ORD-1001", "ORD-1003", "ORD-2001", "ORD-9999")  # own, restricted, foreign, none
 
 
