@@ -88,6 +88,7 @@ async def test_a_passing_call_is_audited_stage_by_stage_in_order(
         ("lookup", "pass"),
         ("syntax", "pass"),
         ("schema", "pass"),
+        ("permission", "pass"),
         ("business", "pass"),
         ("authorization", "pass"),
         ("execute", "ok"),
@@ -108,8 +109,8 @@ async def test_a_passing_call_is_audited_stage_by_stage_in_order(
     [
         ("{", frozenset(), ErrorCode.INVALID_ARGUMENTS, "syntax"),
         ('{"n": 99}', frozenset(), ErrorCode.INVALID_ARGUMENTS, "schema"),
-        ('{"n": 3}', frozenset(), ErrorCode.CONFLICT, "business"),
-        ('{"n": 1}', frozenset(), ErrorCode.PERMISSION_DENIED, "authorization"),
+        ('{"n": 3}', frozenset(), ErrorCode.PERMISSION_DENIED, "permission"),
+        ('{"n": 3}', frozenset({"r"}), ErrorCode.CONFLICT, "business"),
     ],
 )
 async def test_each_stage_refuses_with_its_own_code_before_the_later_stages_run(

@@ -177,7 +177,9 @@ def test_read_permission_never_satisfies_a_refund_and_nothing_is_queried(
     envelope = call(gate, READER, "refund_order", order_id="ORD-1001", amount_cents=100)
     assert envelope.error_type is ErrorCode.PERMISSION_DENIED
     assert statements == []
-    assert authorization_detail(audit) == "missing permissions: order.refund"
+    last = audit.events[-1]
+    assert (last.stage, last.code) == ("permission", ErrorCode.PERMISSION_DENIED)
+    assert last.detail == "missing permissions: order.refund"
 
 
 # --- exports and notifications ----------------------------------------------------------------

@@ -318,7 +318,7 @@ def test_every_kind_of_refusal_leaves_an_audit_row_naming_why(payments: Payments
             refund,
             {"order_id": "ORD-1001", "amount_cents": 1},
             denied,
-            auth,
+            "permission",
             "missing permissions: order.refund",
         ),
         (

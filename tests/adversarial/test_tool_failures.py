@@ -299,6 +299,7 @@ def test_a_base_exception_from_an_async_tool_propagates_and_its_trail_is_still_a
         ("lookup", "pass"),
         ("syntax", "pass"),
         ("schema", "pass"),
+        ("permission", "pass"),
         ("business", "pass"),
         ("authorization", "pass"),
         ("gate", "aborted"),

@@ -1,10 +1,12 @@
-"""Stage 4, authorization: may this Principal run this tool with these arguments?
+"""Authorization: may this Principal use this tool, and with these arguments?
 
-The built-in check (required permissions) always runs; a pluggable `Policy` then
-decides allow, confirm, approve or deny for the resource the arguments name. The
-`PolicyEngine` is the production Policy: rules per tool in plain Python, resources
-loaded by tenant-scoped resolvers. Neither trusts anything the model wrote, nor a
-tool's own label without checking.
+Two checks. The coarse one (`check_permissions`: the tool's required permissions) runs
+before stage 3, as the gate's `permission` stage, so a caller who may not use a tool
+learns nothing about its data. Stage 4, a pluggable `Policy`, then decides allow,
+confirm, approve or deny for the resource the arguments name; the `PolicyEngine` is
+the production Policy: rules per tool in plain Python, resources loaded by
+tenant-scoped resolvers. Neither trusts anything the model wrote, nor a tool's own
+label without checking.
 """
 
 from __future__ import annotations
@@ -433,14 +435,18 @@ def _default(*, read: bool, key: str | None) -> Decision:
 
 
 def check_permissions(principal: Principal, spec: ToolSpec) -> None:
-    """Refuse with PERMISSION_DENIED unless every permission the tool requires is held."""
+    """Refuse with PERMISSION_DENIED unless every permission the tool requires is held.
+
+    The coarse check (stage `permission`): it reads the principal and the spec only,
+    never the arguments or any data, so its answer is the same for every argument.
+    """
     missing = spec.permissions - principal.permissions
     if missing:
         raise Refusal(
             ErrorCode.PERMISSION_DENIED,
             f"You are not permitted to use {spec.name}. This is final: do not retry it "
             f"or try to reach the same data through another tool.",
-            stage="authorization",
+            stage="permission",
             detail=f"missing permissions: {', '.join(sorted(missing))}",
         )
 
