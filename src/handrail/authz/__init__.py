@@ -1,6 +1,7 @@
-"""Stage 4 and the risk decision: who may do what to which resource, and how often.
+"""Who may do what, to which resource, and how often.
 
-Owns the policy engine and its rules (allow, confirm, approve, deny), the conversation
-guard against bypasses, rate limits and intent routing. Never executes a tool and
-never reads model arguments as identity.
+Owns the tool permission check the gate runs before stage 3 reads any data, stage 4
+(the resource-level policy engine and its rules: allow, confirm, approve, deny), the
+conversation guard against bypasses, rate limits and intent routing. Never executes a
+tool and never reads model arguments as identity.
 """

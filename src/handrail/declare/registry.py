@@ -97,7 +97,8 @@ class Registry:
         """The tool a call by this principal may reach: registered, enabled, not forbidden.
 
         Permissions are not checked here: a missing permission is a PERMISSION_DENIED
-        in stage 4, not a tool that does not exist.
+        at the gate's permission stage (after the schema, before any business rule
+        reads data), not a tool that does not exist.
         """
         found = self._tools.get(name)
         if found is None or barred(found.spec, principal.tenant_id) is not None:
