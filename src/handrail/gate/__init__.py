@@ -169,6 +169,7 @@ class Gate:
             if guard is not None and conversation is not None:
                 await guard.admit(principal, conversation)
             tool = self._lookup(call, principal, exposure)
+            read_only = tool.spec.read_only
             if trail:
                 trail.tool(tool)
                 trail.record("lookup", "pass")
@@ -176,9 +177,7 @@ class Gate:
             try:
                 if call.defect is not None:
                     raise refuse_defect(call.defect)
-                arguments = parse_arguments(
-                    call.arguments, self._limits, write=not tool.spec.read_only
-                )
+                arguments = parse_arguments(call.arguments, self._limits, write=not read_only)
                 self._refuse_secrets(arguments)
             except Refusal:
                 if trail:
@@ -238,7 +237,7 @@ class Gate:
                 if trail:
                     trail.record("quota", "pass")
 
-            if tool.spec.read_only:
+            if read_only:
                 result = await self._invoker.execute(tool, bound, ctx, call_deadline)
                 envelope = await self._invoker.shape(call, tool, principal, result, _share)
                 if trail:
