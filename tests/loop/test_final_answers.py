@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _records import execution_record
-from handrail import ExecutionStatus, Principal, Store
+from handrail import ExecutionStatus, Principal, RiskLevel, SideEffect, Store, ToolSpec
 from handrail.errors import ConfigurationError
 from handrail.execution import plan_key
 from handrail.loop.answers import (
@@ -22,6 +22,7 @@ from handrail.loop.answers import (
     FinalAnswer,
     FinalState,
     ReferenceKind,
+    tool_names_of,
 )
 from handrail.store import MemoryStore
 
@@ -432,3 +433,81 @@ def test_free_text_never_proves_anything_on_an_empty_store(text: str) -> None:
     assert not any(r.proven for r in check.references)
     assert check.unsupported_success == bool(check.success_words)
     assert check.ok == (not check.references and not check.success_words)
+
+
+# --- the names a run showed its model ---------------------------------------------------------
+
+
+def _spec(name: str) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description="A tool.",
+        input_schema={"type": "object"},
+        schema_version="1",
+        description_version="1",
+        risk=RiskLevel.L1_INTERNAL_READ,
+        side_effect=SideEffect.NONE,
+    )
+
+
+SHOWN = tool_names_of([_spec("crm.update_email"), _spec("create_ticket"), _spec("send_mail")])
+
+
+@pytest.mark.parametrize("cited", ["create_ticket", "crm__update_email", "crm.update_email"])
+def test_with_tool_names_a_claim_may_cite_any_name_its_tool_was_shown_under(
+    store: Store, cited: str
+) -> None:
+    key = plan_key(tenant_id="t1", tool="crm.update_email", plan_id="plan-9")
+    row = {"idempotency_key": key, "status": ExecutionStatus.SUCCEEDED, "plan_id": "plan-9"}
+    assert store.insert_execution(
+        execution_record(**row, tool="crm.update_email", lease_owner=None, lease_expires_at=None)
+    )
+    _seed(store)
+    checker = EvidenceChecker(store)
+    plan = "plan-9" if "update" in cited else "plan-7"
+    answer = _succeeded(Evidence(tool=cited, plan_id=plan))
+    checked = checker.check_sync(answer, ALICE, tool_names=SHOWN)
+    assert (checked.answer.state, checked.issues) == (FinalState.SUCCEEDED, ())
+
+
+@pytest.mark.parametrize(
+    ("cited", "problem"),
+    [
+        ("create__ticket", EvidenceProblem.NOT_EXPOSED),
+        ("other.tool", EvidenceProblem.NOT_EXPOSED),
+        ("send_mail", EvidenceProblem.NOT_FOUND),  # shown, but the plan is another tool's
+    ],
+)
+def test_with_tool_names_a_name_the_tool_was_not_shown_under_proves_nothing(
+    checker: EvidenceChecker, cited: str, problem: EvidenceProblem
+) -> None:
+    answer = _succeeded(Evidence(tool=cited, plan_id="plan-7"))
+    checked = checker.check_sync(answer, ALICE, tool_names=SHOWN)
+    assert checked.answer.state is FinalState.NEED_INFORMATION
+    assert [issue.problem for issue in checked.issues] == [problem]
+
+
+def test_with_tool_names_a_business_id_of_another_shown_tool_is_the_wrong_tool(
+    checker: EvidenceChecker,
+) -> None:
+    answer = _succeeded(Evidence(tool="send_mail", business_id="TK-1"))
+    checked = checker.check_sync(answer, ALICE, tool_names=SHOWN)
+    assert [issue.problem for issue in checked.issues] == [EvidenceProblem.WRONG_TOOL]
+
+
+def test_without_tool_names_only_the_registry_name_proves(checker: EvidenceChecker) -> None:
+    answer = _succeeded(Evidence(tool="create__ticket", plan_id="plan-7"))
+    assert checker.check_sync(answer, ALICE).answer.state is FinalState.NEED_INFORMATION
+
+
+def test_tool_names_map_registry_and_wire_names_and_drop_ambiguous_ones() -> None:
+    assert SHOWN == {
+        "crm.update_email": "crm.update_email",
+        "crm__update_email": "crm.update_email",
+        "create_ticket": "create_ticket",
+        "send_mail": "send_mail",
+    }
+    # `a__b` is both a registry name and the wire name of `a.b`: it stands for neither.
+    assert tool_names_of([_spec("a.b"), _spec("a__b")]) == {"a.b": "a.b"}
+    # A name that cannot go out on the wire is known by its registry name alone.
+    assert tool_names_of([_spec("x.y_")]) == {"x.y_": "x.y_"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from secrets import token_hex
 from typing import TYPE_CHECKING
 
 from handrail.adapters.transcript import UserTurn
@@ -67,7 +68,9 @@ def replay_session(
     """A session that drives `recorded` again from its task, its budget started.
 
     The model is by default a ScriptedModelClient of the recorded replies; the
-    principal is the recorded one; the budget has the recorded limits.
+    principal is the recorded one; the budget has the recorded limits. The gate's
+    conversation guard sees the replay as a conversation of its own, which starts
+    empty as the run did, and never adds to what it remembers of the run.
     """
     tracker = BudgetTracker(recorded.limits, clock)
     fresh = dataclasses.replace(
@@ -87,6 +90,7 @@ def replay_session(
         tracker=tracker,
         model=model or ScriptedModelClient(recorded.replies, record_requests=False),
         record=None,
+        conversation=f"{run_id}:replay:{token_hex(8)}",
     )
     session.recorded = recorded
     session.keys = list(recorded.keys)
@@ -111,7 +115,10 @@ def replay_report(record: RunRecord, s: Session, status: RunStatus) -> ReplayRep
 
 
 async def replayed_calls(gate: Gate, calls: Sequence[ToolCall], s: Session) -> list[Envelope]:
-    """Reads through the gate again; writes answered by their recorded outcomes."""
+    """Reads through the gate again; writes answered by their recorded outcomes.
+
+    The reads are told the session's exposure and conversation, as the run's were.
+    """
     assert s.recorded is not None  # noqa: S101 - only replays use this runner
     index = len(s.steps)
     logged = s.recorded.steps[index].calls if index < len(s.recorded.steps) else ()
@@ -125,7 +132,13 @@ async def replayed_calls(gate: Gate, calls: Sequence[ToolCall], s: Session) -> l
         else:
             written[call.id] = _stand_in(call, by_id.get(call.id))
     envelopes = iter(
-        await gate.handle_batch(reads, s.principal, timeout=s.tracker.remaining_seconds())
+        await gate.handle_batch(
+            reads,
+            s.principal,
+            timeout=s.tracker.remaining_seconds(),
+            conversation=s.conversation,
+            exposure=s.exposure,
+        )
         if reads
         else []
     )

@@ -23,6 +23,7 @@ from handrail.runs import RunRecord
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
+    from handrail.declare.exposure import Exposure
     from handrail.envelope import Envelope
     from handrail.shaping.marking import DataMarker
 
@@ -48,6 +49,10 @@ class Session:
     steps: list[StepLog]
     pending: list[PendingPlan]
     keys: list[str]
+    conversation: str
+    """What the gate's conversation guard knows the run by: its run id (a replay's own)."""
+    exposure: Exposure | None = None
+    """What the model of this drive is shown; set by the loop before the first step."""
     recorded: RunData | None = None
     """While replaying: the run being replayed."""
 
@@ -61,10 +66,15 @@ class Session:
         tracker: BudgetTracker,
         model: ModelClient,
         record: RunRecord | None,
+        conversation: str | None = None,
     ) -> Session:
-        """A session that goes on from `data`, a run's document."""
+        """A session that goes on from `data`, a run's document.
+
+        `conversation` is the run id unless given (a replay gives its own).
+        """
         return cls(
             run_id=run_id,
+            conversation=run_id if conversation is None else conversation,
             principal=principal,
             data=data,
             tracker=tracker,

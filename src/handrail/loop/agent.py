@@ -2,7 +2,9 @@
 
 Each step asks the model (with the exposed tools and the transcript so far), admits
 its calls against the budget, runs them through `Gate.handle_batch` and feeds the
-envelopes back. A write that becomes a plan suspends the run in the store; `resume`
+envelopes back. Every gate call is told the run's exposure (a tool the model was not
+shown is UNKNOWN_TOOL) and the run id as its conversation (the gate's guard sees the
+whole run, across resumes). A write that becomes a plan suspends the run in the store; `resume`
 confirms and executes that plan (possibly in another process) and goes on. A reply
 without calls is the final answer, checked against execution records before it is
 accepted. Every step is stored (compare-and-set), with the model's replies, so
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pydantic
 
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, UserTurn, pair_results
+from handrail.declare.exposure import Exposure, ExposureRequest
 from handrail.envelope import Envelope
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, WriteRefusedError
 from handrail.execution import command_key
@@ -43,7 +46,13 @@ from handrail.loop._replay import (
     replayed_calls,
 )
 from handrail.loop._session import PLANNED, Session, confirmed_text, pending_plans
-from handrail.loop.answers import CheckedAnswer, EvidenceChecker, FinalAnswer, TextCheck
+from handrail.loop.answers import (
+    CheckedAnswer,
+    EvidenceChecker,
+    FinalAnswer,
+    TextCheck,
+    tool_names_of,
+)
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
 from handrail.loop.models import (
     ModelClient,
@@ -61,7 +70,6 @@ if TYPE_CHECKING:
     from handrail.calls import ToolCall
     from handrail.clock import Clock
     from handrail.gate import Gate
-    from handrail.spec import ToolSpec
     from handrail.store.base import Store
     from handrail.writes.service import Writes
 
@@ -137,7 +145,10 @@ class AgentLoop:
 
     Every dependency is explicit. `writes` is needed to resume suspended runs. `system`
     is the system prompt (data-block rules and final-answer format by default);
-    `new_run_id` draws run ids. Model errors end a run FAILED with their code: the
+    `new_run_id` draws run ids. `exposure` chooses the tools each step shows the model
+    (`Registry.exposure`; by default every tool the principal may see); the gate is
+    told that exposure and the run id as the conversation, so every protection it
+    offers holds inside a run. Model errors end a run FAILED with their code: the
     loop does not retry a model (a retry would need its own budget; left to the host).
     """
 
@@ -154,6 +165,7 @@ class AgentLoop:
         system: str = DEFAULT_SYSTEM,
         new_run_id: Callable[[], str] | None = None,
         marker: DataMarker | None = None,
+        exposure: ExposureRequest | None = None,
     ) -> None:
         self._gate = gate
         self._model = model
@@ -165,6 +177,7 @@ class AgentLoop:
         self._system = system
         self._new_run_id = new_run_id or (lambda: token_hex(16))
         self._marker = marker or DataMarker()
+        self._exposure = exposure or ExposureRequest()
 
     # --- run ------------------------------------------------------------------------------------
 
@@ -213,11 +226,12 @@ class AgentLoop:
 
     async def _drive(self, s: Session, runner: Runner) -> RunOutcome:
         """Steps until the run finishes, suspends, fails or a budget trips."""
-        tools = self._gate.registry.exposed(s.principal)
+        exposure = self._gate.registry.exposure(s.principal, self._exposure)
+        s.exposure = exposure
         ledger = s.ledger()
         while True:
             try:
-                outcome = await self._step(s, runner, tools, ledger)
+                outcome = await self._step(s, runner, exposure, ledger)
             except BudgetExhausted as exc:
                 return await self._end_budget(s, exc.trip)
             if outcome is not None:
@@ -227,12 +241,14 @@ class AgentLoop:
         self,
         s: Session,
         runner: Runner,
-        tools: Sequence[ToolSpec],
+        exposure: Exposure,
         ledger: CallIdLedger,
     ) -> RunOutcome | None:
         """One model turn and its calls; an outcome when the run stops, else None."""
         s.tracker.before_step()
-        request = ModelRequest(transcript=s.transcript, tools=tools, system=self._system)
+        request = ModelRequest(
+            transcript=s.transcript, tools=exposure.included, system=self._system
+        )
         try:
             reply = await s.model.complete(request, timeout=s.tracker.remaining_seconds())
         except ModelError as exc:
@@ -282,6 +298,8 @@ class AgentLoop:
             calls,
             s.principal,
             timeout=s.tracker.remaining_seconds(),
+            conversation=s.conversation,
+            exposure=s.exposure,
             command_ids={call.id: _command_id(s.run_id, call) for call in calls},
         )
 
@@ -315,7 +333,11 @@ class AgentLoop:
         s.transcript.append(AssistantTurn(text=reply.text))
         answer = _final_answer(text)
         if answer is not None:
-            checked = await self._checker.check(answer, s.principal, run_calls=tuple(s.keys))
+            # The model may cite a tool by any name this run showed it under.
+            shown = () if s.exposure is None else s.exposure.included
+            checked = await self._checker.check(
+                answer, s.principal, run_calls=tuple(s.keys), tool_names=tool_names_of(shown)
+            )
             await self._save(
                 s,
                 RunState.FINISHED,

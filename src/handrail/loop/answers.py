@@ -1,10 +1,11 @@
 """Final answers of a run, checked against execution records (DESIGN invariant 10).
 
 A final answer may claim an effect only when a SUCCEEDED execution record of the
-principal's tenant proves it: a `succeeded` answer whose evidence does not hold is
-downgraded, with the reasons. Free text is checked too: the execution keys and business
-ids it names, and success words said without any proof. Nothing the model writes is
-taken as proof of anything; records of another tenant never count.
+principal's tenant, of the tool it cites (by a name the run showed the model), proves
+it: a `succeeded` answer whose evidence does not hold is downgraded, with the reasons.
+Free text is checked too: the execution keys and business ids it names, and success
+words said without any proof. Nothing the model writes is taken as proof of anything;
+records of another tenant never count.
 """
 
 from __future__ import annotations
@@ -12,18 +13,20 @@ from __future__ import annotations
 import asyncio
 import re
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Self
 
 import pydantic
 
+from handrail.adapters._names import to_wire_name
 from handrail.errors import ConfigurationError
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 
 if TYPE_CHECKING:
     from handrail.principal import Principal
+    from handrail.spec import ToolSpec
     from handrail.store.base import Store
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "ReferenceKind",
     "TextCheck",
     "TextReference",
+    "tool_names_of",
 ]
 
 DEFAULT_SUCCESS_WORDS = (
@@ -110,6 +114,8 @@ class EvidenceProblem(StrEnum):
 
     NO_EVIDENCE = "no_evidence"
     """`succeeded` was claimed with no evidence at all."""
+    NOT_EXPOSED = "not_exposed"
+    """The cited tool name is not one the run showed its model (`tool_names`)."""
     NOT_FOUND = "not_found"
     """No record of the principal's tenant has this id (another tenant's does not count)."""
     WRONG_TOOL = "wrong_tool"
@@ -268,9 +274,12 @@ class EvidenceChecker:
         principal: Principal,
         *,
         run_calls: Collection[str] | None = None,
+        tool_names: Mapping[str, str] | None = None,
     ) -> CheckedAnswer:
         """`check_sync` off the event loop (the store is blocking)."""
-        return await asyncio.to_thread(self.check_sync, answer, principal, run_calls=run_calls)
+        return await asyncio.to_thread(
+            self.check_sync, answer, principal, run_calls=run_calls, tool_names=tool_names
+        )
 
     def check_sync(
         self,
@@ -278,12 +287,17 @@ class EvidenceChecker:
         principal: Principal,
         *,
         run_calls: Collection[str] | None = None,
+        tool_names: Mapping[str, str] | None = None,
     ) -> CheckedAnswer:
         """Accept a `succeeded` answer only when every evidence item is proven.
 
         Each item must name a SUCCEEDED record of the principal's tenant, of the cited
         tool, whose other cited ids agree; with `run_calls` (the idempotency keys of the
-        executions this run made) the record must also be one of them. Otherwise the
+        executions this run made) the record must also be one of them. `tool_names`
+        maps every name the run's model was shown a tool under (its registry name and
+        its wire names, `tool_names_of`) to its registry name: with it, the cited tool
+        is read through it, and a name outside it proves nothing (NOT_EXPOSED); without
+        it, the cited tool must be the registry name itself. Otherwise the
         state is downgraded: to `processing` when a cited record is still PREPARED,
         RUNNING or UNKNOWN (the effect may yet happen: never report it failed), else to
         `failed` when a cited record is FAILED_FINAL, else to `need_information`.
@@ -297,7 +311,7 @@ class EvidenceChecker:
         if not answer.evidence:
             issues.append(EvidenceIssue(index=None, tool=None, problem=EvidenceProblem.NO_EVIDENCE))
         for index, item in enumerate(answer.evidence):
-            verdict = lookup.evidence(item, run_calls)
+            verdict = lookup.evidence(item, run_calls, tool_names)
             record = verdict.record
             if verdict.problem is None and record is not None:
                 proven.append(record.idempotency_key)
@@ -369,6 +383,25 @@ class EvidenceChecker:
         )
 
 
+def tool_names_of(specs: Iterable[ToolSpec]) -> dict[str, str]:
+    """Every name a model is shown these tools under, mapped to the registry name.
+
+    A tool's registry name, and the wire name adapters send it as (`crm.update_email`
+    goes out as `crm__update_email`); a tool that cannot go out under a wire name has
+    its registry name alone. A name that would stand for two tools is left out: it
+    proves nothing.
+    """
+    names: dict[str, set[str]] = {}
+    for spec in specs:
+        names.setdefault(spec.name, set()).add(spec.name)
+        try:
+            wire = to_wire_name(spec.name)
+        except ConfigurationError:
+            continue
+        names.setdefault(wire, set()).add(spec.name)
+    return {name: next(iter(tools)) for name, tools in names.items() if len(tools) == 1}
+
+
 class _Lookup:
     """Store look-ups for one check, confined to one tenant; business ids scanned once."""
 
@@ -394,21 +427,29 @@ class _Lookup:
             self._by_business_id = index
         return self._by_business_id.get(business_id, [])
 
-    def evidence(self, item: Evidence, run_calls: Collection[str] | None) -> _Verdict:
+    def evidence(
+        self,
+        item: Evidence,
+        run_calls: Collection[str] | None,
+        tool_names: Mapping[str, str] | None,
+    ) -> _Verdict:
+        tool = item.tool if tool_names is None else tool_names.get(item.tool)
+        if tool is None:
+            return _Verdict(record=None, problem=EvidenceProblem.NOT_EXPOSED)
         if item.key is not None:
             record = self._get(item.key)
         elif item.plan_id is not None:
-            key = plan_key(tenant_id=self._tenant, tool=item.tool, plan_id=item.plan_id)
+            key = plan_key(tenant_id=self._tenant, tool=tool, plan_id=item.plan_id)
             record = self._get(key)
         else:
             assert item.business_id is not None  # noqa: S101 - the model validator ensures it
             candidates = self._business(item.business_id)
-            record = _best([r for r in candidates if r.tool == item.tool])
+            record = _best([r for r in candidates if r.tool == tool])
             if record is None and candidates:
                 return _Verdict(record=None, problem=EvidenceProblem.WRONG_TOOL)
         if record is None:
             return _Verdict(record=None, problem=EvidenceProblem.NOT_FOUND)
-        problem = _problem(record, item, run_calls)
+        problem = _problem(record, item, tool, run_calls)
         return _Verdict(record=record, problem=problem)
 
     def reference(self, ref: str, kind: ReferenceKind) -> _Verdict:
@@ -419,9 +460,9 @@ class _Lookup:
 
 
 def _problem(
-    record: ExecutionRecord, item: Evidence, run_calls: Collection[str] | None
+    record: ExecutionRecord, item: Evidence, tool: str, run_calls: Collection[str] | None
 ) -> EvidenceProblem | None:
-    if record.tool != item.tool:
+    if record.tool != tool:
         return EvidenceProblem.WRONG_TOOL
     if (item.plan_id is not None and record.plan_id != item.plan_id) or (
         item.business_id is not None and record.business_id != item.business_id
