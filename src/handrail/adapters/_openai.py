@@ -38,6 +38,7 @@ __all__ = [
     "field",
     "is_complete_json",
     "is_error_content",
+    "is_record",
     "listed",
     "load",
     "make_call",
@@ -52,6 +53,7 @@ Shape = Callable[[ToolSpec, str, dict[str, Any], bool], dict[str, Any]]
 # default limits; larger ones reach the gate as sent (and their nulls are refused there).
 _RESTORE_LIMITS = ArgumentLimits()
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+_NOT_RECORDS = (str, bytes, bytearray, memoryview, int, float, complex, list, tuple, set, frozenset)
 
 
 def field(obj: object, name: str) -> Any:  # noqa: ANN401 - wire values have any shape
@@ -59,6 +61,11 @@ def field(obj: object, name: str) -> Any:  # noqa: ANN401 - wire values have any
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def is_record(value: object) -> bool:
+    """Whether a wire value is an object (a mapping or an SDK model), not a scalar or array."""
+    return isinstance(value, Mapping) or not (value is None or isinstance(value, _NOT_RECORDS))
 
 
 def listed(value: object) -> list[Any]:

@@ -130,7 +130,10 @@ class StreamAssembler(Protocol):
     `finish` returns every call the stream proposed, in order: complete ones as they
     are, and cut-off ones (finish reason length / max_tokens, or JSON that never
     closed) with `ToolCall.defect` set, so that the gate refuses them and never runs a
-    partial call. A fragment is never added twice.
+    partial call. A fragment is never added twice. An event `feed` cannot read (text,
+    another format's events, a whole response) raises there, UntranslatableError for
+    the OpenAI and Gemini assemblers, so that a stream is never read as "no calls"
+    by mistake.
     """
 
     def feed(self, event: object) -> None:

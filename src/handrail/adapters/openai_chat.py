@@ -132,7 +132,12 @@ class OpenAIChatAdapter:
         return [_call(item, defect, restore) for item in listed(read(message, "tool_calls"))]
 
     def stream(self, *, definitions: Definitions | None = None) -> StreamAssembler:
-        """An assembler for ChatCompletionChunk objects or dicts, in stream order."""
+        """An assembler for one streamed completion, fed its events in stream order.
+
+        It takes ChatCompletionChunks (SDK objects or dicts) as `create(stream=True)`
+        yields them, or every event of the SDK's `chat.completions.stream()` helper.
+        Anything else fed in raises UntranslatableError.
+        """
         return _ChatStream(restore=_openai.restorers(PROVIDER, definitions))
 
     def render_results(
@@ -294,30 +299,116 @@ class _Partial:
     conflict: str | None = None
 
 
+_CHUNK_OBJECT = "chat.completion.chunk"
+_NOT_A_CHUNK = (
+    "a Chat Completions stream takes ChatCompletionChunks or the events of the SDK's "
+    "chat.completions.stream() helper (SDK objects or dicts), not {kind}"
+)
+_DERIVED_CALL_EVENTS = frozenset(
+    {"tool_calls.function.arguments.delta", "tool_calls.function.arguments.done"},
+)
+_DERIVED_EVENTS = _DERIVED_CALL_EVENTS | {
+    "content.delta",
+    "content.done",
+    "refusal.delta",
+    "refusal.done",
+    "logprobs.content.delta",
+    "logprobs.content.done",
+    "logprobs.refusal.delta",
+    "logprobs.refusal.done",
+}
+"""The stream helper's events derived from a ChunkEvent's chunk, which is read instead."""
+
+
+def _fragments(choice: object) -> list[object]:
+    """The tool-call fragments of one streamed choice; refuses a shape no chunk has."""
+    if not _openai.is_record(choice):
+        raise Untranslatable("a chunk's choice is not an object")
+    delta = read(choice, "delta")
+    if delta is None:
+        if read(choice, "message") is not None:
+            raise Untranslatable("a whole completion's choice, not a chunk's: use parse_calls")
+        return []  # a choice with only its finish reason
+    if not _openai.is_record(delta):
+        raise Untranslatable("a chunk's delta is not an object")
+    tool_calls = read(delta, "tool_calls")
+    if tool_calls is None:
+        return []
+    if not isinstance(tool_calls, list | tuple):
+        raise Untranslatable("a chunk's delta.tool_calls is not an array")
+    if not all(_openai.is_record(fragment) for fragment in tool_calls):
+        raise Untranslatable("a tool-call fragment of a chunk is not an object")
+    return list(tool_calls)
+
+
 class _ChatStream:
     """Assembles `choices[0].delta.tool_calls` fragments by index.
+
+    It reads raw `ChatCompletionChunk`s (SDK objects or dicts) and the events of the
+    SDK's `chat.completions.stream()` helper. Of those, only `ChunkEvent`'s raw `chunk`
+    is read: the helper derives its delta and done events from that chunk, so they are
+    skipped and nothing counts twice. A derived tool-call event whose index no chunk
+    opened means the chunks were not fed, and is an error rather than a lost call.
 
     The first fragment of an index carries id and name; later ones add argument
     pieces, each added exactly once, in the order fed. The finish reason decides:
     `tool_calls` / `stop` complete the calls; `length` / `content_filter`, or a stream
     that ends without one, mark them defective; so does argument text that never
-    became JSON.
+    became JSON. Anything else fed in is an UntranslatableError, never an empty result.
     """
 
-    __slots__ = ("_calls", "_finish_reason", "_restore")
+    __slots__ = ("_calls", "_finish_reason", "_opened", "_restore")
 
     def __init__(self, *, restore: Mapping[str, object]) -> None:
         self._restore = restore
         self._calls: dict[int, _Partial] = {}
+        self._opened: set[int] = set()
+        """Tool-call indices any chunk carried, in any choice: what derived events may name."""
         self._finish_reason: str | None = None
 
     def feed(self, event: object) -> None:
-        """Take the next chunk (SDK object or dict); other choices than 0 are ignored."""
-        for choice in listed(read(event, "choices")):
-            if read(choice, "index") not in {None, 0}:
+        """Take the next chunk or helper event; other choices than 0 are ignored.
+
+        Raises UntranslatableError for anything that is neither: text, another
+        format's events, a whole completion, a chunk whose parts have the wrong shape.
+        """
+        if not _openai.is_record(event):
+            raise Untranslatable(_NOT_A_CHUNK.format(kind=type(event).__name__))
+        kind = read(event, "type")
+        if kind is not None and not isinstance(kind, str):
+            raise Untranslatable(_NOT_A_CHUNK.format(kind="an event whose type is not text"))
+        if kind == "chunk":
+            self._chunk(read(event, "chunk"), "the helper's ChunkEvent has no chunk")
+        elif kind in _DERIVED_EVENTS:
+            index = read(event, "index")
+            if kind in _DERIVED_CALL_EVENTS and not (
+                isinstance(index, int) and index in self._opened
+            ):
+                raise Untranslatable(
+                    f"a {kind!r} event for a call no chunk opened: feed every event of the "
+                    f"stream helper (its ChunkEvents carry the calls), or the raw chunks",
+                )
+        else:
+            what = f"an event of type {kind!r:.60}" if kind else f"a {type(event).__name__}"
+            self._chunk(event, _NOT_A_CHUNK.format(kind=f"{what} without a choices array"))
+
+    def _chunk(self, chunk: object, unreadable: str) -> None:
+        if not _openai.is_record(chunk):
+            raise Untranslatable(unreadable)
+        kind, choices = read(chunk, "object"), read(chunk, "choices")
+        if kind is not None and kind != _CHUNK_OBJECT:
+            raise Untranslatable(f"a {kind!r:.40} object is not a ChatCompletionChunk")
+        if not isinstance(choices, list | tuple):
+            raise Untranslatable(unreadable)
+        for choice in choices:
+            fragments = _fragments(choice)
+            self._opened.update(
+                index for f in fragments if isinstance(index := read(f, "index"), int)
+            )
+            index = read(choice, "index")
+            if index is not None and index != 0:
                 continue
-            delta = read(choice, "delta")
-            for fragment in listed(read(delta, "tool_calls")):
+            for fragment in fragments:
                 self._add(fragment)
             reason = read(choice, "finish_reason")
             if isinstance(reason, str):

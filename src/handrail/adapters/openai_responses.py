@@ -56,7 +56,8 @@ def _shape(spec: ToolSpec, wire: str, schema: dict[str, Any], strict: bool) -> d
 
 def _status_defect(status: object, reason: object) -> str | None:
     """Why calls of a response with this status may be cut off; None when complete."""
-    if status in {None, "completed"}:
+    # Tuples, not sets: a status that is not text (a model's dict) must not raise here.
+    if status in (None, "completed"):
         return None
     if status == "incomplete":
         return f"the arguments were truncated: status=incomplete, reason={reason}"
@@ -144,7 +145,12 @@ class OpenAIResponsesAdapter:
         ]
 
     def stream(self, *, definitions: Definitions | None = None) -> StreamAssembler:
-        """An assembler for Responses stream events (SDK objects or dicts)."""
+        """An assembler for one streamed response, fed its events in stream order.
+
+        It takes the events of `responses.create(stream=True)` or of the SDK's
+        `responses.stream()` helper (SDK objects or dicts); anything else fed in
+        raises UntranslatableError.
+        """
         return _ResponsesStream(restore=_openai.restorers(PROVIDER, definitions))
 
     def render_results(
@@ -318,7 +324,10 @@ class _ResponsesStream:
     counts twice. An event whose `sequence_number` was seen already is ignored.
     `response.completed` / `response.incomplete` / `response.failed` give the status:
     a call without its `done` in a stream that did not complete is defective, and so
-    is one whose arguments never became JSON.
+    is one whose arguments never became JSON. The SDK's `responses.stream()` helper
+    yields these same event types (some with a snapshot, which is not read), so its
+    events are fed as they come; anything that is no Responses event is an
+    UntranslatableError, never an empty result.
     """
 
     __slots__ = (
@@ -343,13 +352,23 @@ class _ResponsesStream:
         self._last = _Item(output_index=None)
 
     def feed(self, event: object) -> None:
-        """Take the next event; other event types pass through untouched."""
+        """Take the next event; other `response.*` types and `error` pass untouched.
+
+        Raises UntranslatableError for what is no Responses stream event: text, an
+        object without a text `type`, another format's events, a whole Response.
+        """
+        kind = read(event, "type") if _openai.is_record(event) else None
+        if not isinstance(kind, str) or not (kind.startswith("response.") or kind == "error"):
+            what = type(event).__name__ if kind is None else f"an event of type {kind!r:.60}"
+            raise Untranslatable(
+                f"a Responses stream takes the events of responses.create(stream=True) or "
+                f"responses.stream() (SDK objects or dicts), not {what}",
+            )
         sequence = read(event, "sequence_number")
         if isinstance(sequence, int):
             if sequence in self._seen:
                 return
             self._seen.add(sequence)
-        kind = read(event, "type")
         if kind in {"response.output_item.added", "response.output_item.done"}:
             item = read(event, "item")
             if read(item, "type") == "function_call":
@@ -411,12 +430,12 @@ class _ResponsesStream:
         calls = []
         for position in order:
             item = self._items[position]
-            done = item.arguments is not None and item.status in {None, "completed"}
+            done = item.arguments is not None and item.status in (None, "completed")
             arguments = item.arguments if item.arguments is not None else "".join(item.pieces)
             defect = None
             if not done:
                 defect = cut or "the stream ended before the call was complete"
-            elif self._status not in {None, "completed", "incomplete"}:
+            elif self._status not in (None, "completed", "incomplete"):
                 defect = cut
             if defect is None and not _openai.is_complete_json(arguments):
                 defect = "the streamed arguments are incomplete JSON"
