@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 
 from handrail import ErrorCode, Gate, Principal, Status, ToolCall
 from handrail.adapters.anthropic import AnthropicAdapter
+from handrail.adapters.base import UntranslatableError
 from handrail.errors import ConfigurationError
 from handrail.testing import MemoryAuditSink
 
@@ -292,6 +293,24 @@ def test_a_server_tools_input_is_not_a_call() -> None:
 def test_something_that_is_not_a_stream_event_is_a_type_error(event: object) -> None:
     with pytest.raises(TypeError):
         AnthropicAdapter(strict=False).stream().feed(event)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "response.output_item.added", "output_index": 0, "item": {}},
+        {"type": "response.function_call_arguments.delta", "delta": "{"},
+        {"type": "tool_calls.function.arguments.delta", "index": 0},
+        {"type": "Message_Start"},
+        {"type": ""},
+    ],
+)
+def test_another_formats_stream_event_is_untranslatable_never_an_empty_result(
+    event: object,
+) -> None:
+    stream = AnthropicAdapter(strict=False).stream()
+    with pytest.raises(UntranslatableError):
+        stream.feed(event)
 
 
 # --- cut-off streams -----------------------------------------------------------------------

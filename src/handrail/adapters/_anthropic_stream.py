@@ -9,12 +9,16 @@ authorizes or runs a call.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from handrail.adapters._names import name_from_wire, wire_name_defect
 from handrail.adapters.base import UntranslatableError
 from handrail.calls import ToolCall
+
+_EVENT_TYPE = re.compile(r"[a-z][a-z_]*")
+"""What every Anthropic stream event type looks like, the future ones too."""
 
 __all__ = [
     "PROVIDER",
@@ -151,11 +155,19 @@ class AnthropicStreamAssembler:
         self._stop_reason: object = None
 
     def feed(self, event: object) -> None:
-        """Take the next stream event; unknown event types (`ping`, ...) are skipped."""
+        """Take the next stream event; unknown event types (`ping`, ...) are skipped.
+
+        Anthropic may add event types, so an unknown snake_case type is skipped; a type
+        no Anthropic event has (`response.output_item.added`, another format's stream)
+        is `UntranslatableError`, so a wrong stream is never read as one without calls.
+        """
         kind = wire_field(event, "type")
         if not isinstance(kind, str):
             msg = f"a stream event is an SDK event object or a dict with a type, not {event!r:.80}"
             raise TypeError(msg)
+        if _EVENT_TYPE.fullmatch(kind) is None:
+            msg = f"{kind[:80]!r} is not an Anthropic stream event type"
+            raise UntranslatableError(msg)
         if kind == "content_block_start":
             self._start(event)
         elif kind == "content_block_delta":
