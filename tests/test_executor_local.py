@@ -36,6 +36,7 @@ from handrail import (
     Writes,
     tool,
 )
+from handrail.envelope import Trust
 from handrail.errors import ConfigurationError
 from handrail.store import MemoryStore, SqlStore
 from handrail.testing import FixedClock
@@ -301,3 +302,26 @@ async def test_a_plan_withdrawn_while_its_execution_starts_never_runs(
     assert behaviour.calls == 0
     assert _count(store) == 10
     assert (await writes.get_plan(plan_id, ALICE)).state is PlanState.REJECTED
+
+
+@pytest.mark.parametrize(
+    ("mode", "trust", "source"),
+    [
+        ("fail", Trust.UNTRUSTED, None),
+        ("transient", Trust.UNTRUSTED, None),
+        ("crash", Trust.HANDRAIL, "handrail"),
+    ],
+)
+async def test_a_rolled_back_write_is_labelled_by_who_wrote_its_message_also_on_replay(
+    local: tuple[Gate, SqlStore, Behaviour, FixedClock],
+    mode: str,
+    trust: Trust,
+    source: str | None,
+) -> None:
+    gate, _, behaviour, _ = local
+    behaviour.mode = mode
+    first = await gate.handle(CALL, ALICE, command_id="o")
+    again = await gate.handle(CALL, ALICE, command_id="o")
+    assert first.error_type is not None
+    assert again.error_type is first.error_type
+    assert (first.trust, first.source) == (again.trust, again.source) == (trust, source)

@@ -19,6 +19,7 @@ from handrail.errors import ErrorCode
 
 __all__ = [
     "ENVELOPE_VERSION",
+    "HANDRAIL_SOURCE",
     "Envelope",
     "ErrorDetail",
     "Omission",
@@ -29,6 +30,9 @@ __all__ = [
 
 ENVELOPE_VERSION = "1"
 """Version of the envelope contract itself; bumped only on an incompatible change."""
+
+HANDRAIL_SOURCE = "handrail"
+"""The source of an envelope Handrail wrote itself, with no word of a tool in it."""
 
 _NO_FIELD_ERRORS: Mapping[str, str] = MappingProxyType({})
 _NO_REDACTIONS: Mapping[str, int] = MappingProxyType({})
@@ -50,7 +54,11 @@ class Trust(StrEnum):
     """How far the content of a result may be believed.
 
     Every level is data, never instructions; the level is shown to the model in the
-    header of the result's data block.
+    header of the result's data block. A block has one level, that of its least
+    trusted words: anything a tool, its hooks or its downstream wrote (a result, a
+    signal's message, candidates, an impact) makes it untrusted data of the tool, and
+    Handrail's wording that quotes the model's own arguments (field errors, a default
+    impact) is untrusted too, with source "handrail".
     """
 
     UNTRUSTED = "untrusted"
@@ -58,7 +66,7 @@ class Trust(StrEnum):
     INTERNAL = "internal"
     """Records of the host's own systems; still data, still possibly user-written."""
     HANDRAIL = "handrail"
-    """Handrail's own words: refusals and plans, with no tool content in them."""
+    """Handrail's fixed wording only: no word of a tool and no quoted argument in it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,7 +119,8 @@ class Envelope:
     error: ErrorDetail | None = None
     trust: Trust = Trust.UNTRUSTED
     source: str | None = None
-    """Where the data came from, as shown to the model; None means the tool itself."""
+    """Where the data came from, as shown to the model; None means the tool itself,
+    `HANDRAIL_SOURCE` an envelope Handrail wrote with no word of a tool in it."""
     omitted: tuple[Omission, ...] = ()
     redacted: Mapping[str, int] = field(default_factory=lambda: _NO_REDACTIONS)
     """How many values of each kind (email, credential, ...) were masked, hashed or dropped."""

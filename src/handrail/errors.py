@@ -286,6 +286,7 @@ class Refusal(Exception):  # noqa: N818 - a refusal is an outcome, not a fault
         field_errors: Mapping[str, str] | None = None,
         candidates: Sequence[object] = (),
         detail: str | None = None,
+        from_tool: bool = False,
     ) -> None:
         super().__init__(f"{code}: {summary}")
         self.code = code
@@ -297,3 +298,6 @@ class Refusal(Exception):  # noqa: N818 - a refusal is an outcome, not a fault
         self.candidates = tuple(candidates)
         # For the audit log only: never copied into an envelope.
         self.detail = detail
+        # The summary (and candidates) are a tool's own words, from a signal it raised:
+        # its envelope is untrusted data of the tool, never Handrail's words.
+        self.from_tool = from_tool

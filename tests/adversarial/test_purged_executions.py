@@ -31,6 +31,7 @@ from handrail import (
 )
 from handrail.declare.definition import Tool
 from handrail.declare.hooks import Found, NotExecuted, Reconciled
+from handrail.envelope import Trust
 from handrail.execution import ExecutionStatus, command_key, plan_key
 from handrail.plans import PlanState
 from handrail.signing import SigningKey
@@ -236,6 +237,8 @@ async def test_a_command_id_whose_record_was_purged_never_runs_again(world: Worl
     assert len(world.tickets.opened) == 1
     assert again.error_type is ErrorCode.ALREADY_EXECUTED
     assert again.data == {"business_id": "TK-0001"}
+    # The business id came from downstream: the tool's data, untrusted.
+    assert (again.trust, again.source) == (Trust.UNTRUSTED, None)
     # Other arguments under the same command id are still another intent.
     other = await world.command("cmd-1", "asset-2")
     assert other.error_type is ErrorCode.IDEMPOTENCY_MISMATCH
@@ -271,7 +274,10 @@ async def test_a_write_that_failed_for_good_is_still_refused_with_its_code_after
 ) -> None:
     first = await world.command("cmd-1", RETIRED)
     assert first.error_type is ErrorCode.FAILED_FINAL
+    assert (first.trust, first.source) == (Trust.UNTRUSTED, None)
     await world.purge_after_retention()
     again = await world.command("cmd-1", RETIRED)
     assert again.error_type is ErrorCode.FAILED_FINAL
+    # The tool's message is gone: what is left is Handrail's own wording.
+    assert (again.trust, again.source) == (Trust.HANDRAIL, "handrail")
     assert world.tickets.opened == []

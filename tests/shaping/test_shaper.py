@@ -414,7 +414,7 @@ async def test_a_token_budget_from_the_tool_is_kept() -> None:
     assert HeuristicTokens().count(json_text(envelope.data)) <= 200
 
 
-async def test_business_rule_candidates_are_redacted_and_labelled_as_data() -> None:
+async def test_business_rule_candidates_are_redacted_and_labelled_as_the_tools_data() -> None:
     def pick(_arguments: object, _ctx: ToolContext) -> None:
         raise NeedsClarification(
             "Which customer?",
@@ -429,7 +429,7 @@ async def test_business_rule_candidates_are_redacted_and_labelled_as_data() -> N
     envelope = await _Harness(find_customer).call("find_customer", {"name": "A"})
     assert envelope.error_type is ErrorCode.NEEDS_CLARIFICATION
     assert envelope.candidates == ({"name": "Ann", "email": "[REDACTED:email]"},)
-    assert envelope.trust is Trust.INTERNAL
+    assert (envelope.trust, envelope.source_label) == (Trust.UNTRUSTED, "tool:find_customer")
     plain = await _Harness(find_customer).call("missing_tool")
     assert (plain.trust, plain.source_label) == (Trust.HANDRAIL, "handrail")
 

@@ -1,8 +1,9 @@
 """Stage 3, business rules: the tool's own validators (existence, state, cross-field).
 
 A validator's signal becomes a refusal with its own code (NOT_FOUND, CONFLICT,
-NEEDS_CLARIFICATION). Runs only after the coarse permission check, so a caller who may
-not use the tool learns nothing about the data. Never authorizes or executes anything.
+NEEDS_CLARIFICATION), in the tool's words: untrusted, never Handrail's. Runs only after
+the coarse permission check, so a caller who may not use the tool learns nothing about
+the data. Never authorizes or executes anything.
 """
 
 from __future__ import annotations
@@ -30,4 +31,5 @@ async def check_business_rules(tool: Tool, bound: BoundArguments, ctx: ToolConte
             stage="business",
             retryable=signal.retryable,
             candidates=getattr(signal, "candidates", ()),
+            from_tool=True,
         ) from None

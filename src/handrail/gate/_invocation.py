@@ -134,6 +134,7 @@ class Invoker:
                 retryable=signal.retryable,
                 retry_after=getattr(signal, "retry_after", None),
                 candidates=getattr(signal, "candidates", ()),
+                from_tool=True,
             ) from None
         except Exception as exc:  # noqa: BLE001 - the tool boundary: anything undeclared maps here
             transient = isinstance(exc, tool.spec.retry.transient)

@@ -1,8 +1,9 @@
 """Refusals and failures as the envelope the model reads: made exactly once, here.
 
-Owns the refused envelope (a business rule's candidates redacted and marked), the
-generic failure that hides what broke, the refusal of a repeated call id and the
-bounded name a refused call proposed. Never decides whether to refuse.
+Owns the refused envelope (a business rule's candidates redacted, and the whole labelled
+by who wrote its words), the generic failure that hides what broke, the refusal of a
+repeated call id and the bounded name a refused call proposed. Never decides whether to
+refuse.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from handrail.calls import ToolCall
 from handrail.clock import Clock
 from handrail.declare.definition import Tool
-from handrail.envelope import Envelope, ErrorDetail, Status, Trust
+from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode, Refusal
 from handrail.gate._invocation import GENERIC_FAILURE
 from handrail.principal import Principal
@@ -23,12 +24,22 @@ __all__ = ["duplicate_id", "failed", "proposed_name", "refused"]
 
 
 def refused(shaper: Shaper, call: ToolCall, tool: Tool | None, refusal: Refusal) -> Envelope:
-    """The envelope of a refusal, in Handrail's words."""
-    # Candidates are a business rule's data (possibly personal): redacted, and the
-    # refusal is then no longer Handrail's words alone.
+    """The envelope of a refusal, labelled by who wrote its words.
+
+    A signal a tool raised (its message, its candidates) is untrusted data of the tool.
+    Handrail's wording is trusted only when it quotes nothing: field errors name the
+    model's own fields and may quote its values, so they are untrusted, from Handrail.
+    """
+    # Candidates are a business rule's data (possibly personal): redacted.
     candidates = refusal.candidates
     if candidates:
         candidates = tuple(shaper.redact_value(list(candidates)))
+    if refusal.from_tool or candidates:
+        trust, source = Trust.UNTRUSTED, None
+    elif refusal.field_errors:
+        trust, source = Trust.UNTRUSTED, HANDRAIL_SOURCE
+    else:
+        trust, source = Trust.HANDRAIL, HANDRAIL_SOURCE
     return Envelope(
         call_id=call.id,
         tool=tool.spec.name if tool else proposed_name(call),
@@ -42,8 +53,8 @@ def refused(shaper: Shaper, call: ToolCall, tool: Tool | None, refusal: Refusal)
             field_errors=refusal.field_errors,
             candidates=candidates,
         ),
-        trust=Trust.INTERNAL if candidates else Trust.HANDRAIL,
-        source=None if candidates else "handrail",
+        trust=trust,
+        source=source,
     )
 
 

@@ -98,7 +98,7 @@ async def hand_off(
             detail=describe_exception(exc),
         ) from None
     return WriteOutcome(
-        envelope=proposal_envelope(call.id, spec, plan),
+        envelope=proposal_envelope(call.id, tool, plan),
         record=None,
         key=None,
         plan_id=plan.plan_id,

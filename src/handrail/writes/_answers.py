@@ -1,8 +1,8 @@
 """What a keyed write answers: its caller's envelope and outcome, and its audit events.
 
-Owns the envelopes of stored, purged, refused and unknown outcomes, and the audit trail
-of each step of a keyed write. Builds values and notes audit events only; never reads or
-writes a record, never calls a tool.
+Owns the envelopes of stored, purged, refused and unknown outcomes (each labelled by who
+wrote its words), and the audit trail of each step of a keyed write. Builds values and
+notes audit events only; never reads or writes a record, never calls a tool.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from handrail.deadline import DeadlineExceededError
-from handrail.envelope import Envelope, ErrorDetail, Status
+from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode
 from handrail.events import AuditSubject
 from handrail.execution import ExecutionRecord, ExecutionStatus
@@ -20,6 +20,7 @@ from handrail.writes.outcome import WriteJob, WriteOutcome
 
 __all__ = [
     "GENERIC_FAILURE",
+    "WITHDRAWN",
     "Trail",
     "error",
     "failure_name",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 GENERIC_FAILURE = "The tool failed with an internal error. It was recorded for the operators."
+WITHDRAWN = "The plan was withdrawn; nothing was run."
+_FIXED_FAILURES = frozenset({GENERIC_FAILURE, WITHDRAWN})
+"""Handrail's own words among the messages a failed record may keep."""
 _UNKNOWN_TEXT = (
     "The write's outcome is not known yet (it may or may not have happened). It is being "
     "reconciled with the downstream system under the same key. Do not repeat it and do "
@@ -59,10 +63,15 @@ def error(
     code: ErrorCode,
     summary: str,
     *,
+    by_tool: bool,
     retryable: bool = False,
     retry_after: float | None = None,
 ) -> Envelope:
-    """An error envelope of `job`'s tool with Handrail's own summary."""
+    """An error envelope of `job`'s tool, labelled by who wrote `summary`.
+
+    `by_tool` for a tool's own words (a signal's message): untrusted data of the tool.
+    Otherwise the summary is Handrail's fixed wording, and trusted as such.
+    """
     return Envelope(
         call_id=job.call_id,
         tool=job.tool.spec.name,
@@ -70,12 +79,14 @@ def error(
         summary=summary,
         schema_version=job.tool.spec.schema_version,
         error=ErrorDetail(code=code, retryable=retryable, retry_after=retry_after),
+        trust=Trust.UNTRUSTED if by_tool else Trust.HANDRAIL,
+        source=None if by_tool else HANDRAIL_SOURCE,
     )
 
 
 def unknown(job: WriteJob) -> Envelope:
     """OUTCOME_UNKNOWN: the write may or may not have happened; it is being reconciled."""
-    return error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT)
+    return error(job, ErrorCode.OUTCOME_UNKNOWN, _UNKNOWN_TEXT, by_tool=False)
 
 
 def from_record(job: WriteJob, record: ExecutionRecord) -> Envelope:
@@ -96,7 +107,10 @@ def from_record(job: WriteJob, record: ExecutionRecord) -> Envelope:
         code = ErrorCode(record.error_code or ErrorCode.FAILED_FINAL.value)
         stored = record.result_value
         message = stored.get("message") if isinstance(stored, dict) else None
-        return error(job, code, str(message or GENERIC_FAILURE))
+        summary = str(message or GENERIC_FAILURE)
+        # The record keeps the message, not who wrote it: a tool's signal, an
+        # operator's note or Handrail's own words. Only the last are trusted.
+        return error(job, code, summary, by_tool=summary not in _FIXED_FAILURES)
     return unknown(job)
 
 
@@ -108,15 +122,23 @@ def _from_tombstone(job: WriteJob, record: ExecutionRecord) -> Envelope:
             ErrorCode.ALREADY_EXECUTED,
             "This write already ran and succeeded; its result is no longer kept. It was "
             "not run again. Do not repeat it.",
+            by_tool=False,
         )
-        # The business id came from downstream: data (marked untrusted), never summary.
-        data = {"business_id": record.business_id} if record.business_id else None
-        return dataclasses.replace(envelope, data=data)
+        if not record.business_id:
+            return envelope
+        # The business id came from downstream: data of the tool (untrusted), never summary.
+        return dataclasses.replace(
+            envelope,
+            data={"business_id": record.business_id},
+            trust=Trust.UNTRUSTED,
+            source=None,
+        )
     return error(
         job,
         ErrorCode(record.error_code or ErrorCode.FAILED_FINAL.value),
         "This write already ran and failed for good; its details are no longer kept. "
         "It was not run again.",
+        by_tool=False,
     )
 
 

@@ -179,7 +179,12 @@ class Attempts:
                 updated_at=now,
             )
             envelope = answers.error(
-                job, error.code, error.message, retryable=True, retry_after=error.retry_after
+                job,
+                error.code,
+                error.message,
+                by_tool=True,
+                retryable=True,
+                retry_after=error.retry_after,
             )
             return released, envelope, None
         if isinstance(error, ToolSignal):
@@ -192,7 +197,7 @@ class Attempts:
                 retain_until=self.retain_until(tool),
                 result=json.dumps({"message": error.message}),
             )
-            return failed, answers.error(job, error.code, error.message), None
+            return failed, answers.error(job, error.code, error.message, by_tool=True), None
         unknown = self.unknown(job, record, late=late)
         return unknown, answers.from_record(job, unknown), answers.reason(error)
 

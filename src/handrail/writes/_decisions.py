@@ -22,7 +22,7 @@ from handrail.clock import Clock
 from handrail.context import ToolContext
 from handrail.declare.definition import BoundArguments, Tool
 from handrail.declare.registry import Registry
-from handrail.envelope import Envelope, ErrorDetail, Status
+from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import (
     ConfigurationError,
     ErrorCode,
@@ -35,8 +35,9 @@ from handrail.execution import ExecutionStatus, plan_key
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.principal import Principal
 from handrail.record.audit import Auditor
-from handrail.spec import ConfirmationMode, ConfirmationPolicy, ToolSpec
+from handrail.spec import ConfirmationMode, ConfirmationPolicy
 from handrail.store.base import Store
+from handrail.writes._answers import WITHDRAWN
 from handrail.writes._hop import Hop
 from handrail.writes.confirmation import ConfirmationToken, Keyring
 
@@ -52,12 +53,15 @@ def stricter(a: ConfirmationMode, b: ConfirmationMode) -> ConfirmationMode:
     return a if _MODE_RANK[a] >= _MODE_RANK[b] else b
 
 
-def proposal_envelope(call_id: str, spec: ToolSpec, plan: Plan) -> Envelope:
+def proposal_envelope(call_id: str, tool: Tool, plan: Plan) -> Envelope:
     """What the model reads for a write that became a plan: nothing ran yet.
 
     NEEDS_CONFIRMATION or NEEDS_APPROVAL, with the plan id, the impact and the expiry,
-    so the model can tell the user what will happen. Never a token.
+    so the model can tell the user what will happen. Never a token. The impact is not
+    Handrail's wording: the tool's `impact` hook wrote it (untrusted data of the tool),
+    or, without one, it quotes the model's arguments (untrusted, from Handrail).
     """
+    spec = tool.spec
     approve = plan.confirmation is ConfirmationMode.APPROVE
     who = (
         f"approval by {plan.required_approvals} approver(s)"
@@ -82,6 +86,8 @@ def proposal_envelope(call_id: str, spec: ToolSpec, plan: Plan) -> Envelope:
         error=ErrorDetail(
             code=ErrorCode.NEEDS_APPROVAL if approve else ErrorCode.NEEDS_CONFIRMATION,
         ),
+        trust=Trust.UNTRUSTED,
+        source=None if tool.impact is not None else HANDRAIL_SOURCE,
     )
 
 
@@ -357,7 +363,7 @@ class Decisions:
         closed = record.moved(
             ExecutionStatus.FAILED_FINAL,
             error_code=ErrorCode.PLAN_CLOSED.value,
-            result=json.dumps({"message": "The plan was withdrawn; nothing was run."}),
+            result=json.dumps({"message": WITHDRAWN}),
             updated_at=now,
             retain_until=now + timedelta(seconds=retention),
         )

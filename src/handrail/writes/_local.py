@@ -104,6 +104,7 @@ class LocalWrites:
                     if known
                     else "A database error hid whether the write was committed. Repeating "
                     "it is safe: it takes effect at most once.",
+                    by_tool=False,
                     retryable=True,
                 ),
                 record=None,
@@ -183,7 +184,7 @@ class LocalWrites:
             return answers.outcome(
                 job,
                 envelope=answers.error(
-                    job, ErrorCode.PLAN_CLOSED, "The plan was withdrawn; nothing was run."
+                    job, ErrorCode.PLAN_CLOSED, answers.WITHDRAWN, by_tool=False
                 ),
                 record=None,
             )
@@ -196,6 +197,7 @@ class LocalWrites:
                     ErrorCode.TIMEOUT,
                     "The write ran out of time and was rolled back; nothing changed. It may "
                     "be retried.",
+                    by_tool=False,
                     retryable=True,
                 ),
                 record=None,
@@ -208,6 +210,7 @@ class LocalWrites:
                     job,
                     error.code,
                     error.message,
+                    by_tool=True,
                     retryable=True,
                     retry_after=getattr(error, "retry_after", None),
                 ),
@@ -234,7 +237,8 @@ class LocalWrites:
             code=code,
             detail={"note": answers.failure_name(error)},
         )
-        return answers.outcome(job, envelope=answers.error(job, code, message), record=record)
+        envelope = answers.error(job, code, message, by_tool=isinstance(error, ToolSignal))
+        return answers.outcome(job, envelope=envelope, record=record)
 
 
 async def _bounded(work: Coroutine[Any, Any, T], remaining: float) -> T:

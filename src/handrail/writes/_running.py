@@ -16,7 +16,7 @@ from handrail.credentials import SecretLedger
 from handrail.deadline import DeadlineExceededError, within
 from handrail.declare.definition import BoundArguments, Tool
 from handrail.declare.registry import Registry
-from handrail.envelope import Envelope, ErrorDetail, Status, Trust
+from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode, StoreError, ToolSignal, WriteRefusedError
 from handrail.execution import ExecutionRecord, ExecutionStatus, command_key, intent_hash, plan_key
 from handrail.plans import Plan, PlanRecord, PlanState
@@ -37,17 +37,30 @@ _UNREACHABLE = (
 _RETRYABLE = frozenset({ErrorCode.TRANSIENT, ErrorCode.TIMEOUT})
 
 
-def _refused(code: ErrorCode, message: str, *, call_id: str, plan: Plan | None) -> WriteOutcome:
-    """The outcome of an execution refused before its key was claimed: nothing ran."""
+def _unreachable() -> WriteRefusedError:
+    return WriteRefusedError(ErrorCode.TRANSIENT, _UNREACHABLE)
+
+
+class _ToolRefusedError(WriteRefusedError):
+    """A refusal in the words of the tool's own hook (a signal it raised): untrusted."""
+
+
+def _refused(refused: WriteRefusedError, *, call_id: str, plan: Plan | None) -> WriteOutcome:
+    """The outcome of an execution refused before its key was claimed: nothing ran.
+
+    Labelled by who wrote the message: Handrail, or the tool's hook.
+    """
+    code = refused.code
+    by_tool = isinstance(refused, _ToolRefusedError)
     envelope = Envelope(
         call_id=call_id,
         tool=plan.tool if plan is not None else "",
         status=Status.ERROR,
-        summary=message,
+        summary=refused.message,
         schema_version=plan.schema_version if plan is not None else None,
         error=ErrorDetail(code=code, retryable=code in _RETRYABLE),
-        trust=Trust.HANDRAIL,
-        source="handrail",
+        trust=Trust.UNTRUSTED if by_tool else Trust.HANDRAIL,
+        source=None if by_tool else HANDRAIL_SOURCE,
     )
     # No key: nothing was attempted under one (`record_for` finds it, once it runs).
     return WriteOutcome(
@@ -98,9 +111,9 @@ class Runner:
         try:
             plan, record = await self._plan_to_run(plan_id, principal)
         except WriteRefusedError as refused:
-            return _refused(refused.code, refused.message, call_id=answer_to, plan=None)
+            return _refused(refused, call_id=answer_to, plan=None)
         except StoreError:
-            return _refused(ErrorCode.TRANSIENT, _UNREACHABLE, call_id=answer_to, plan=None)
+            return _refused(_unreachable(), call_id=answer_to, plan=None)
         try:
             return await self._run_plan(
                 plan,
@@ -111,7 +124,7 @@ class Runner:
                 call_id=answer_to,
             )
         except WriteRefusedError as refused:
-            return _refused(refused.code, refused.message, call_id=answer_to, plan=plan)
+            return _refused(refused, call_id=answer_to, plan=plan)
         except StoreError as exc:
             self._decisions.note(
                 plan,
@@ -121,7 +134,7 @@ class Runner:
                 code=ErrorCode.TRANSIENT,
                 detail={"note": str(exc)},
             )
-            return _refused(ErrorCode.TRANSIENT, _UNREACHABLE, call_id=answer_to, plan=plan)
+            return _refused(_unreachable(), call_id=answer_to, plan=plan)
 
     async def _plan_to_run(
         self, plan_id: str, principal: Principal
@@ -235,7 +248,8 @@ class Runner:
                 "It may be retried.",
             ) from None
         except ToolSignal as signal:
-            raise self._decisions.refuse(plan, job.principal, signal.code, signal.message) from None
+            self._decisions.note(plan, job.principal, "confirm", "refused", code=signal.code)
+            raise _ToolRefusedError(signal.code, signal.message) from None
         except Exception as exc:  # noqa: BLE001 - the hook's boundary: anything undeclared
             transient = isinstance(exc, tool.spec.retry.transient)
             raise self._decisions.refuse(

@@ -175,6 +175,7 @@ class Executor:
                 ErrorCode.TRANSIENT,
                 "The write could not be started (its records were unreachable); nothing was "
                 "run by this call. Repeating it is safe: it takes effect at most once.",
+                by_tool=False,
                 retryable=True,
             ),
             record=None,
@@ -188,6 +189,7 @@ class Executor:
                 job,
                 ErrorCode.PLAN_CLOSED,
                 "The plan is not confirmed (or was withdrawn); nothing was run.",
+                by_tool=False,
             ),
             record=None,
         )
@@ -271,6 +273,7 @@ class Executor:
                             ErrorCode.IN_PROGRESS,
                             "The same write is already running; its outcome is not known yet. "
                             "Do not repeat it; check again later.",
+                            by_tool=False,
                             retryable=True,
                         ),
                         record=record,
@@ -306,7 +309,9 @@ class Executor:
             job, refusal.stage, "refused", code=refusal.code, detail={"note": refusal.detail}
         )
         return answers.outcome(
-            job, envelope=answers.error(job, refusal.code, refusal.summary), record=None
+            job,
+            envelope=answers.error(job, refusal.code, refusal.summary, by_tool=False),
+            record=None,
         )
 
     # --- one attempt ------------------------------------------------------------------------------
