@@ -37,7 +37,6 @@ _LARGE_FLOAT = re.compile(r"\d{16}|\d[eE]")
 _WHOLE_FLOAT = 2.0**53
 _EXPONENT_FORM = 1e21
 _MAX_FIELD_ERRORS = 20
-_LEAVES = frozenset({str, int, bool, type(None)})
 _NOT_IN_A_PLAN = (
     "is a whole number of magnitude 2**53 or more, which a write cannot keep exactly; "
     "send a smaller number, or a string where the schema allows one"
@@ -209,36 +208,12 @@ def inexact_in_a_plan(number: float) -> bool:
     return _WHOLE_FLOAT <= abs(number) < _EXPONENT_FORM
 
 
-def _holds_plan_changes(value: dict[str, Any]) -> bool:
-    """Whether any float in `value` is `inexact_in_a_plan`; a walk that builds no paths."""
-    stack: list[object] = [value]
-    while stack:
-        node = stack.pop()
-        # Exact types first, since this runs per value.
-        if type(node) in _LEAVES:
-            continue
-        if type(node) is dict:
-            stack.extend(node.values())
-        elif type(node) is list:
-            stack.extend(node)
-        elif isinstance(node, float):
-            if inexact_in_a_plan(node):
-                return True
-        elif isinstance(node, Mapping):
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)
-    return False
-
-
 def _refuse_plan_changes(value: dict[str, Any]) -> None:
     """Refuse every float `inexact_in_a_plan`, named by its path, at any depth.
 
-    Runs after `_check_shape`, so the value is bounded JSON with string keys. Paths are
-    built only once a cheaper walk has found such a float.
+    Runs after `_check_shape`, so the value is bounded JSON with string keys; for JSON
+    text only when `_LARGE_FLOAT` says such a number may be in it.
     """
-    if not _holds_plan_changes(value):
-        return
     found: list[str] = []
     stack: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
     while stack:
@@ -250,6 +225,8 @@ def _refuse_plan_changes(value: dict[str, Any]) -> None:
             stack.extend((child, (*path, key)) for key, child in node.items())
         elif isinstance(node, list | tuple):
             stack.extend((child, (*path, index)) for index, child in enumerate(node))
+    if not found:
+        return
     raise Refusal(
         ErrorCode.INVALID_ARGUMENTS,
         "A number in the arguments is too large for a write to keep exactly; "
