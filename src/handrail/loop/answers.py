@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 import pydantic
 
-from handrail.adapters._names import to_wire_name
+from handrail.adapters import to_wire_name
 from handrail.errors import ConfigurationError
 from handrail.execution import ExecutionRecord, ExecutionStatus, plan_key
 
