@@ -42,6 +42,8 @@ from handrail.loop.models import (
     ModelRequest,
     OpenAICompatibleClient,
     ScriptedModelClient,
+    StreamingModelClient,
+    TextDelta,
     Usage,
     load_cassette,
     parse_cassette,
@@ -919,3 +921,16 @@ async def test_replies_read_from_plain_mappings_too(chat: OpenAICompatibleClient
     assert [c.id for c in reply.calls] == ["c1"]
     assert reply.usage == Usage()
     assert reply.raw is body
+
+
+async def test_the_scripted_client_streams_its_text_in_deltas_then_the_reply() -> None:
+    reply = ModelReply(text="The order shipped on Monday.", model="scripted-model")
+    client = ScriptedModelClient([reply], delta_chars=5)
+    assert isinstance(client, StreamingModelClient)
+    request = ModelRequest(transcript=[UserTurn(text="where is it?")])
+    items = [item async for item in client.stream(request, timeout=5)]
+    assert items[-1] == reply
+    deltas = items[:-1]
+    assert all(isinstance(d, TextDelta) and 0 < len(d.text) <= 5 for d in deltas)
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == reply.text
+    assert len(deltas) == 6

@@ -1,7 +1,8 @@
 """Model clients behind one protocol: what the agent loop asks a model, and what it hears.
 
 `ModelClient.complete` takes a provider-neutral `ModelRequest` (transcript, tools, tool
-choice) and returns a `ModelReply` (calls with ids verbatim, text, usage). Real clients
+choice) and returns a `ModelReply` (calls with ids verbatim, text, usage); a
+`StreamingModelClient` can also `stream` it: `TextDelta`s, then the `ModelReply`. Real clients
 go through the official SDKs and an adapter; the scripted client replays a cassette. A
 client never runs a call, retries on its own, or decides when a run ends.
 
@@ -24,7 +25,15 @@ from __future__ import annotations
 
 from handrail.loop.models._anthropic import AnthropicClient
 from handrail.loop.models._openai import OpenAICompatibleClient
-from handrail.loop.models._protocol import ModelClient, ModelError, ModelReply, ModelRequest, Usage
+from handrail.loop.models._protocol import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    StreamingModelClient,
+    TextDelta,
+    Usage,
+)
 from handrail.loop.models._scripted import (
     SCRIPTED_MODEL,
     CassetteError,
@@ -49,6 +58,8 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedModelClient",
     "ScriptedStep",
+    "StreamingModelClient",
+    "TextDelta",
     "Usage",
     "cassette_items",
     "load_cassette",

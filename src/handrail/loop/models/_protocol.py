@@ -1,16 +1,18 @@
 """What the agent loop asks a model and what it hears: requests, replies, the protocol.
 
 `ModelRequest` (transcript, tools, tool choice), `ModelReply` (calls with ids verbatim,
-text, usage), the `ModelClient` protocol every client implements, and `ModelError`.
+text, usage), the `ModelClient` protocol every client implements, `StreamingModelClient`
+for clients that can also stream a reply (`TextDelta`s, then the `ModelReply`), and
+`ModelError`.
 It never talks to a provider, runs a call or retries.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from handrail.adapters.base import Definitions, ToolChoice
 from handrail.adapters.transcript import Turn
@@ -23,6 +25,8 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "StreamingModelClient",
+    "TextDelta",
     "Usage",
     "check_timeout",
 ]
@@ -92,6 +96,17 @@ class ModelReply:
     raw: object = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextDelta:
+    """A piece of the reply's text as the model streams it (never empty)."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise ValueError("a text delta is never empty")
+
+
 class ModelClient(Protocol):
     """A model the agent loop can ask for the next turn."""
 
@@ -99,6 +114,24 @@ class ModelClient(Protocol):
 
     async def complete(self, request: ModelRequest, *, timeout: float) -> ModelReply:
         """The model's next turn; raises ModelError when it cannot be had in `timeout` s."""
+        ...
+
+
+@runtime_checkable
+class StreamingModelClient(ModelClient, Protocol):
+    """A model client that can also stream its next turn as it is generated.
+
+    `stream` yields zero or more `TextDelta`s, then exactly one `ModelReply`, the last
+    item, equal to what `complete` would have returned for the same answer; the deltas
+    joined are its text. It raises ModelError as `complete` does, the whole exchange
+    ends within `timeout` seconds, and closing the iterator early (or cancelling the
+    task that reads it) closes the provider's stream.
+    """
+
+    def stream(
+        self, request: ModelRequest, *, timeout: float
+    ) -> AsyncIterator[TextDelta | ModelReply]:
+        """The model's next turn as it is generated (see the class docstring)."""
         ...
 
 

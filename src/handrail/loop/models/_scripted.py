@@ -10,14 +10,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from handrail.adapters._common import plain_json
 from handrail.calls import ToolCall
 from handrail.errors import ConfigurationError
-from handrail.loop.models._protocol import ModelReply, ModelRequest, Usage, check_timeout
+from handrail.loop.models._protocol import (
+    ModelReply,
+    ModelRequest,
+    TextDelta,
+    Usage,
+    check_timeout,
+)
 from handrail.testing import ModelTurn, ScriptExhaustedError
 
 __all__ = [
@@ -49,12 +55,22 @@ class ScriptedModelClient:
 
     It is never a real model and says so in its `name`. Each request gets the next
     step; a step may be a function of the request, to script a repair. The requests
-    it received are kept in `requests` unless `record_requests` is False.
+    it received are kept in `requests` unless `record_requests` is False. `stream`
+    plays the same reply with its text in deltas of at most `delta_chars` characters.
     """
 
     name = SCRIPTED_MODEL
 
-    def __init__(self, steps: Sequence[ScriptedStep], *, record_requests: bool = True) -> None:
+    def __init__(
+        self,
+        steps: Sequence[ScriptedStep],
+        *,
+        record_requests: bool = True,
+        delta_chars: int = 16,
+    ) -> None:
+        if delta_chars < 1:
+            raise ConfigurationError("delta_chars must be positive")
+        self._delta_chars = delta_chars
         self._steps = tuple(steps)
         self._position = 0
         self._record = record_requests
@@ -96,6 +112,16 @@ class ScriptedModelClient:
                 model=SCRIPTED_MODEL,
             )
         return step
+
+    async def stream(
+        self, request: ModelRequest, *, timeout: float
+    ) -> AsyncIterator[TextDelta | ModelReply]:
+        """The next scripted reply, its text first in deltas; the reply itself last."""
+        reply = await self.complete(request, timeout=timeout)
+        text = reply.text or ""
+        for start in range(0, len(text), self._delta_chars):
+            yield TextDelta(text=text[start : start + self._delta_chars])
+        yield reply
 
 
 # --- cassettes -----------------------------------------------------------------------------
