@@ -3,12 +3,14 @@
 `ModelClient.complete` takes a provider-neutral `ModelRequest` (transcript, tools, tool
 choice) and returns a `ModelReply` (calls with ids verbatim, text, usage); a
 `StreamingModelClient` can also `stream` it: `TextDelta`s, then the `ModelReply`. Real clients
-go through the official SDKs and an adapter; the scripted client replays a cassette. A
-client never runs a call, retries on its own, or decides when a run ends.
+go through the official SDKs and an adapter, and all of them stream; the scripted client
+replays a cassette. A client never runs a call, retries on its own, or decides when a run
+ends.
 
-One module per client: `_openai` (OpenAI-compatible), `_anthropic`, `_scripted` (with
-cassettes), over `_protocol` (requests, replies, the protocol) and `_sdk` (the SDK
-boundary the real clients share). Everything public is importable from here.
+One module per client: `_openai` (OpenAI-compatible Chat Completions), `_openai_responses`
+(the OpenAI Responses API), `_anthropic`, `_scripted` (with cassettes), over `_protocol`
+(requests, replies, the protocol) and `_sdk` (the SDK boundary the real clients share).
+Everything public is importable from here.
 
 Errors, all for operators and never shown to the model:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from handrail.loop.models._anthropic import AnthropicClient
 from handrail.loop.models._openai import OpenAICompatibleClient
+from handrail.loop.models._openai_responses import OpenAIResponsesClient
 from handrail.loop.models._protocol import (
     ModelClient,
     ModelError,
@@ -55,6 +58,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "OpenAICompatibleClient",
+    "OpenAIResponsesClient",
     "ScriptExhaustedError",
     "ScriptedModelClient",
     "ScriptedStep",
