@@ -1,16 +1,22 @@
 """A real HTTP server on 127.0.0.1 that answers model API requests from a script.
 
-Each path (`/v1/chat/completions`, `/v1/messages`) has its own queue of scripted
-answers, served in order; every request is recorded (path, headers, JSON body). An
-answer may `hang` until the test ends, to prove client timeouts; the wait is bounded.
+Each path (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`) has its own queue of
+scripted answers, served in order; every request is recorded (path, headers, JSON body).
+An answer is a JSON body or a `text/event-stream` of events. An answer may `hang` until
+the test ends, to prove client timeouts; a stream may pause after some events until the
+test ends or the client hangs up (recorded in `disconnected`), and may be cut off
+mid-body. Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +33,17 @@ _HANG_LIMIT = 10.0
 class Answer:
     """One scripted HTTP answer."""
 
-    body: object
+    body: object = None
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     hang: bool = False
+    events: Sequence[object] | None = None
+    """A `text/event-stream` body instead: each dict as a `data:` line (with an `event:`
+    line named by its `type`, as the providers send), each str as a raw data line."""
+    pause_after: int | None = None
+    """Stop after this many events until the test ends or the client hangs up."""
+    cut: bool = False
+    """End the stream by dropping the connection, without the chunked body's end."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,6 +65,8 @@ class ScriptedServer(LoopbackServer):
         self.scripts: dict[str, deque[Answer]] = {}
         self.received: list[Recorded] = []
         self.release = threading.Event()
+        self.paused = threading.Event()
+        self.disconnected = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -88,6 +103,9 @@ class _Handler(QuietHandler):
             body=json.loads(raw) if raw else None,
         )
         answer = self.server.next_answer(recorded)
+        if answer.events is not None:
+            self._stream(answer, answer.events)
+            return
         if answer.hang:
             self.server.release.wait(_HANG_LIMIT)
         payload = json.dumps(answer.body).encode()
@@ -98,6 +116,57 @@ class _Handler(QuietHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
+
+    def _stream(self, answer: Answer, events: Sequence[object]) -> None:
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        for name, value in answer.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        for position, event in enumerate(events):
+            if position == answer.pause_after and not self._wait_for_hang_up():
+                return
+            self._chunk(_sse(event))
+        if answer.pause_after == len(events) and not self._wait_for_hang_up():
+            return
+        if answer.cut:
+            self.close_connection = True
+            return
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _wait_for_hang_up(self) -> bool:
+        """Wait until the test ends (True) or the client hangs up (False, recorded)."""
+        self.server.paused.set()
+        deadline = time.monotonic() + _HANG_LIMIT
+        connection: socket.socket = self.connection
+        while not self.server.release.is_set() and time.monotonic() < deadline:
+            readable, _, _ = select.select([connection], [], [], 0.02)
+            if readable and not _peek(connection):
+                self.server.disconnected.set()
+                self.close_connection = True
+                return False
+        return True
+
+
+def _peek(connection: socket.socket) -> bytes:
+    try:
+        return connection.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return b""
+
+
+def _sse(event: object) -> bytes:
+    if isinstance(event, str):
+        return f"data: {event}\n\n".encode()
+    kind = event.get("type") if isinstance(event, dict) else None
+    head = f"event: {kind}\n" if isinstance(kind, str) else ""
+    return f"{head}data: {json.dumps(event)}\n\n".encode()
 
 
 @contextmanager
