@@ -562,6 +562,24 @@ async def test_an_error_event_inside_the_stream_is_a_model_error_by_its_type(
     assert caught.value.status is None
 
 
+async def test_a_streamed_response_that_failed_is_a_model_error_by_its_code(
+    server: ScriptedServer,
+) -> None:
+    client = OpenAIResponsesClient(base_url=f"{server.base_url}/v1", api_key="k", model="m")
+    *events, _ = responses_events(TEXT_PIECES, [], "completed")
+    failed = response_body(None, [], "completed", status="failed")
+    failed["error"] = {"code": "server_error", "message": "try again"}
+    server.script(
+        RESPONSES, Answer(events=[*events, {"type": "response.failed", "response": failed}])
+    )
+    try:
+        with pytest.raises(ModelError) as caught:
+            await collect(client, ask())
+    finally:
+        await client.aclose()
+    assert caught.value.code is ErrorCode.TRANSIENT
+
+
 async def test_a_stream_request_carries_the_same_options_as_a_whole_one(
     server: ScriptedServer,
     client: StreamingModelClient,

@@ -141,6 +141,7 @@ class OpenAIResponsesClient:
             usage=_usage(final),
             finish_reason=_finish_reason(final),
             model=text_or_none(wire_field(final, "model")) or self._model,
+            raw=final,
         )
 
     def _options(self, request: ModelRequest, definitions: Definitions) -> dict[str, Any]:
