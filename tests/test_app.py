@@ -69,7 +69,7 @@ async def check_inventory(
 def _ticket_tool(effects: Path) -> Tool:
     """A confirmed write that appends one line per idempotency key to `effects`."""
 
-    async def create_ticket(
+    def create_ticket(
         ctx: ToolContext, asset_id: Annotated[str, Field(pattern=r"^asset-[0-9]+$")]
     ) -> dict[str, str]:
         """Open a recovery ticket for an asset."""

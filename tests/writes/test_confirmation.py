@@ -77,10 +77,10 @@ def test_key_text_that_is_not_a_usable_key_is_refused(text: str) -> None:
 
 
 def test_a_refused_key_never_echoes_its_secret() -> None:
-    secret = "c2hvcnQgYnV0IHNlY3JldA"
+    short = "c2hvcnQgYnV0IHNlY3JldA"
     with pytest.raises(ConfigurationError) as refused:
-        Keyring.from_text(f"k1:{secret}")
-    assert secret not in str(refused.value)
+        Keyring.from_text(f"k1:{short}")
+    assert short not in str(refused.value)
 
 
 def test_a_missing_variable_or_file_is_a_configuration_error(tmp_path: Path) -> None:
