@@ -5,6 +5,7 @@ syntax, JSON Schema, business rules and authorization, in that order, runs under
 deadline and comes back as a bounded Envelope, with an audit event for every stage.
 """
 
+from handrail.app import Handrail
 from handrail.authz.guard import ConversationGuard, MemoryGuardState
 from handrail.authz.policy import AllowAll, Decision, Outcome, Policy, PolicyEngine, Resolved, Rule
 from handrail.authz.quota import Limiter, Quota, QuotaPolicy, Rate, RateLimiter, TenantQuota
@@ -120,6 +121,7 @@ __all__ = [
     "Found",
     "FromPrincipal",
     "Gate",
+    "Handrail",
     "HandrailError",
     "HeuristicTokens",
     "IdempotencyMode",

@@ -449,6 +449,24 @@ def tool(
     `risk` has no default: every tool states how much harm a wrong call can do. The
     docstring is the model-facing description unless `description` is given. The
     decorated name is bound to the Tool, so the function runs only through a gate.
+
+    Hooks; `args` is the validated argument model, `ctx` the call's ToolContext, and
+    each may be a plain or an async function:
+
+    - `validators`: `(args, ctx) -> None`, stage 3 of every call, before authorization;
+      raise `NotFound`, `Conflict` or `NeedsClarification` to refuse.
+    - `resolve_version` (writes): `(args, ctx) -> str | None`, the target's current
+      version, bound into the plan and asked again right before it runs; a different
+      answer is VERSION_CONFLICT and nothing is written.
+    - `impact` (writes): `(args, ctx) -> Impact`, what the write will do, for the
+      people who confirm it (money as `Amount`, counts, reversibility).
+    - `reconcile` (writes): `(idempotency_key, ctx) -> Found(result) | NotExecuted() |
+      NoProof(reason)`, asked by the Reconciler about a write left OUTCOME_UNKNOWN;
+      `ctx.principal` is the requester.
+    - `business_id` (writes): a result field name, or `(result) -> str | None`: the
+      downstream object's id, kept in the execution record and the WriteOutcome.
+
+    `resolve_version`, `impact` and `reconcile` are refused on a tool that only reads.
     """
 
     def decorate(fn: Callable[..., Any]) -> Tool:

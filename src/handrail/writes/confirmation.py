@@ -12,13 +12,16 @@ Text form: `hrc1.<key id>.<plan id>.<plan hash>.<expiry ms>.<nonce>.<mac>`.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+import os
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from handrail.canonical import canonical_json
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
@@ -26,10 +29,13 @@ from handrail.plans import Plan
 from handrail.principal import Principal
 from handrail.signing import KEY_ID, SigningKey
 
-__all__ = ["ConfirmationToken", "Keyring", "TokenClaims"]
+__all__ = ["KEYRING_ENV", "ConfirmationToken", "Keyring", "TokenClaims"]
 
 
 _PREFIX = "hrc1"
+
+KEYRING_ENV = "HANDRAIL_CONFIRMATION_KEYS"
+"""The environment variable `Keyring.from_env` reads by default."""
 
 
 _PLAN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -85,6 +91,60 @@ class Keyring:
         self._signing = signing
         self._keys = keys
         self._nonces = nonces or (lambda: secrets.token_urlsafe(24))
+
+    @classmethod
+    def from_text(cls, text: str, *, nonces: Callable[[], str] | None = None) -> Keyring:
+        """A keyring from key text: `KEY_ID:SECRET` entries, the first signs, the rest verify.
+
+        Entries are separated by commas or line breaks; blank lines and `#` comments are
+        skipped. SECRET is base64url of at least 32 random bytes (`Keyring.new_key_text`
+        makes one). The same text in every process means a token issued in one is
+        confirmed in another. ConfigurationError for anything else, never echoing a secret.
+        """
+        entries = [
+            entry.strip()
+            for line in text.splitlines()
+            if not line.strip().startswith("#")
+            for entry in line.split(",")
+            if entry.strip()
+        ]
+        if not entries:
+            raise ConfigurationError("the key text holds no KEY_ID:SECRET entry")
+        signing, *verifying = (_key_of(number, entry) for number, entry in enumerate(entries, 1))
+        return cls(signing, verifying=verifying, nonces=nonces)
+
+    @classmethod
+    def from_env(
+        cls,
+        name: str = KEYRING_ENV,
+        *,
+        environ: Mapping[str, str] | None = None,
+        nonces: Callable[[], str] | None = None,
+    ) -> Keyring:
+        """A keyring from the key text (see `from_text`) in environment variable `name`."""
+        text = (os.environ if environ is None else environ).get(name)
+        if not text:
+            raise ConfigurationError(f"environment variable {name} holds no confirmation keys")
+        return cls.from_text(text, nonces=nonces)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, nonces: Callable[[], str] | None = None) -> Keyring:
+        """A keyring from the key text (see `from_text`) in the file at `path`."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(
+                f"cannot read confirmation keys from {str(path)!r}: {type(exc).__name__}"
+            ) from None
+        return cls.from_text(text, nonces=nonces)
+
+    @staticmethod
+    def new_key_text(
+        key_id: str, *, token_bytes: Callable[[int], bytes] = secrets.token_bytes
+    ) -> str:
+        """One `KEY_ID:SECRET` entry with 32 fresh random bytes, for `from_text`."""
+        key = SigningKey(key_id, token_bytes(32))  # checks the id and the secret's size
+        return f"{key.key_id}:{base64.urlsafe_b64encode(key.secret).rstrip(b'=').decode()}"
 
     @property
     def signing_key_id(self) -> str:
@@ -152,6 +212,19 @@ class Keyring:
         if not hmac.compare_digest(expected.encode(), mac.encode()):
             raise _invalid("signature does not verify for this principal")
         return claims
+
+
+def _key_of(number: int, entry: str) -> SigningKey:
+    """Entry `number` of a key text as a SigningKey; the error names the entry, not its secret."""
+    key_id, sep, encoded = entry.partition(":")
+    if not sep:
+        raise ConfigurationError(f"key entry {number} is not KEY_ID:SECRET")
+    try:
+        padded = encoded.strip() + "=" * (-len(encoded.strip()) % 4)
+        secret = base64.b64decode(padded, altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigurationError(f"key entry {number}: the secret is not base64url") from None
+    return SigningKey(key_id.strip(), secret)
 
 
 def _millis(at: datetime) -> int:
