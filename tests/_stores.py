@@ -77,7 +77,8 @@ def postgres_url() -> Iterator[str]:
         )
 
 
-def _empty_postgres_store(url: str) -> PostgresStore:
+def empty_postgres_store(url: str) -> PostgresStore:
+    """The store at `url`, migrated, with every table emptied."""
     store = PostgresStore.open(url)
     tables = sql.SQL(", ").join(sql.Identifier(table) for table in STORE_TABLES)
     statement = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(tables).as_string()
@@ -94,7 +95,7 @@ def _opened(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     elif kind == "sqlite":
         made = SqliteStore.open(tmp_path / "h.db")
     else:
-        made = _empty_postgres_store(request.getfixturevalue("postgres_url"))
+        made = empty_postgres_store(request.getfixturevalue("postgres_url"))
     try:
         yield made
     finally:

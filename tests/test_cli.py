@@ -15,6 +15,7 @@ from examples.recovery import build_app as build_recovery
 from examples.recovery import demo as recovery_demo
 from typer.testing import CliRunner
 
+from _stores import empty_postgres_store
 from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
 from handrail.testing import FixedClock
@@ -544,6 +545,7 @@ def test_reconcile_settles_an_unknown_write_in_postgresql_and_hides_the_password
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    empty_postgres_store(postgres_url).close()  # a pass reads every tenant's records
     # The test server trusts local connections, so any password is accepted.
     url = postgres_url.replace("postgresql://postgres@", "postgresql://postgres:not-shown@")
     written = _lose_a_response(url, tmp_path / "tickets.db")

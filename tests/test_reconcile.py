@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from _records import execution_record
 from _write_tools import ALICE, ARGS, Downstream, keyring, ticket_tool
 from handrail import (
     ExecutionStatus,
@@ -187,6 +188,31 @@ async def test_a_tool_without_a_hook_stays_unknown_for_people(store: Store) -> N
     report = await setup.reconciler().run_once()
     assert report.still_unknown == (key,)
     assert any("person must decide" in (e.detail or "") for e in setup.audit.events)
+
+
+async def test_a_record_whose_principal_cannot_be_read_stays_unknown_and_the_pass_goes_on(
+    store: Store,
+) -> None:
+    setup = Setup(store)
+    _, key = await setup.unknown()
+    broken = execution_record(
+        idempotency_key="broken-principal",
+        tool="create_ticket",
+        status=ExecutionStatus.UNKNOWN,
+        principal="{}",
+        lease_owner=None,
+        lease_expires_at=None,
+        created_at=setup.clock.now(),
+        updated_at=setup.clock.now(),
+        next_check_at=setup.clock.now(),
+    )
+    assert store.insert_execution(broken)
+    setup.clock.advance(120)
+    report = await setup.reconciler().run_once()
+    assert "broken-principal" in report.still_unknown
+    assert report.succeeded == (key,)
+    assert setup.status("broken-principal") is ExecutionStatus.UNKNOWN
+    assert any("principal cannot be read" in (e.detail or "") for e in setup.audit.events)
 
 
 async def test_an_expired_lease_makes_a_running_record_unknown(store: Store) -> None:

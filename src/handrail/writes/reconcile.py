@@ -207,7 +207,13 @@ class Reconciler:
         ):
             return "skipped"
         tool = self._tool(leased.tool)
-        principal = Principal.from_snapshot(leased.principal)
+        try:
+            principal = Principal.from_snapshot(leased.principal)
+        except (ValueError, KeyError, TypeError):
+            # One unreadable record must not stop the pass for every other record.
+            return await self._inconclusive(
+                leased, "its principal cannot be read back; a person must decide"
+            )
         if tool is None or tool.reconcile is None:
             answer: Reconciled = NoProof("the tool has no reconcile hook; a person must decide")
         else:
