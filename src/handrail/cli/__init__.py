@@ -12,7 +12,7 @@ from __future__ import annotations
 import typer
 
 from handrail.cli._audit import audit_app
-from handrail.cli._common import CliError, load_registry, operator_principal
+from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry, operator_principal
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
 from handrail.cli._raw import raw_app
@@ -23,6 +23,7 @@ from handrail.cli._tools import spec_document, tools_app
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
 
 app = typer.Typer(
+    cls=HelpGroup,
     name="handrail",
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
@@ -36,9 +37,9 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
-app.command("demo")(demo)
-app.command("reconcile")(reconcile)
-app.command("replay")(replay)
+app.command("demo", cls=HelpCommand)(demo)
+app.command("reconcile", cls=HelpCommand)(reconcile)
+app.command("replay", cls=HelpCommand)(replay)
 
 
 def main() -> None:

@@ -15,6 +15,8 @@ from handrail.cli._common import (
     DEFAULT_DB,
     CliError,
     DbOption,
+    HelpCommand,
+    HelpGroup,
     console_for_output,
     folding_table,
     one_line_errors,
@@ -24,7 +26,9 @@ from handrail.store.sqlite import SqliteStore
 
 __all__ = ["audit_app"]
 
-audit_app = typer.Typer(help="The audit trail in the SQLite store.", no_args_is_help=True)
+audit_app = typer.Typer(
+    cls=HelpGroup, help="The audit trail in the SQLite store.", no_args_is_help=True
+)
 
 _COLUMNS = ("time (UTC)", "stage", "decision", "code", "tool", "call id", "tenant", "duration")
 
@@ -44,7 +48,7 @@ def _audit_row(event: AuditEvent) -> tuple[str, ...]:
     )
 
 
-@audit_app.command("tail")
+@audit_app.command("tail", cls=HelpCommand)
 @one_line_errors
 def tail_audit(
     *,

@@ -19,6 +19,8 @@ from handrail.cli._common import (
     OPERATOR_USER,
     AppOption,
     CliError,
+    HelpCommand,
+    HelpGroup,
     PermissionOption,
     ScenarioOption,
     TenantOption,
@@ -35,10 +37,12 @@ from handrail.spec import ToolSpec
 
 __all__ = ["spec_document", "tools_app"]
 
-tools_app = typer.Typer(help="The tools exposed to a principal.", no_args_is_help=True)
+tools_app = typer.Typer(
+    cls=HelpGroup, help="The tools exposed to a principal.", no_args_is_help=True
+)
 
 
-@tools_app.command("list")
+@tools_app.command("list", cls=HelpCommand)
 @one_line_errors
 def list_tools(
     *,
@@ -111,7 +115,7 @@ def spec_document(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-@tools_app.command("show")
+@tools_app.command("show", cls=HelpCommand)
 @one_line_errors
 def show_tool(
     *,
@@ -136,7 +140,7 @@ def show_tool(
     typer.echo(json.dumps(spec_document(spec), indent=2, ensure_ascii=False))
 
 
-@tools_app.command("export")
+@tools_app.command("export", cls=HelpCommand)
 @one_line_errors
 def export_tools(
     *,
