@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_DB",
     "OPERATOR_TENANT",
     "OPERATOR_USER",
+    "STORE_OPTION",
     "AppOption",
     "CliError",
     "DbOption",
@@ -149,18 +150,16 @@ DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="HANDRAIL_DB", help="The SQLite file of the audit store."),
 ]
-StoreOption = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="HANDRAIL_STORE",
-        metavar="URL",
-        help=(
-            "Handrail's store of plans and executions: a SQLite file path, sqlite:///path, "
-            "or a postgresql:// URL."
-        ),
+STORE_OPTION = typer.Option(
+    "--store",
+    envvar="HANDRAIL_STORE",
+    metavar="URL",
+    help=(
+        "Handrail's store (plans, executions, runs, raw results, audit): a SQLite file "
+        "path, sqlite:///path, or a postgresql:// URL."
     ),
-]
+)
+StoreOption = Annotated[str, STORE_OPTION]
 TenantOption = Annotated[
     str,
     typer.Option("--tenant", help="Tenant of the principal whose view is shown."),

@@ -11,7 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from handrail.adapters import DefinitionFormat, exposed_definitions, from_wire_name, to_wire_name
+from handrail.adapters import (
+    Adapter,
+    AnthropicAdapter,
+    DefinitionFormat,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+    exposed_definitions,
+    from_wire_name,
+    to_wire_name,
+)
 from handrail.adapters.json_schema import tool_definition
 from handrail.cli._common import (
     DEFAULT_APP,
@@ -148,6 +157,18 @@ def export_tools(
         DefinitionFormat,
         typer.Option("--format", "-f", help="The wire format of the definitions."),
     ],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help=(
+                "Strict-mode definitions (grammar-constrained arguments), as the adapter "
+                "sends them with strict=True: openai-chat, openai-responses and anthropic "
+                "only. Each schema rewrite is noted on stderr; a schema strict mode cannot "
+                "take is an error."
+            ),
+        ),
+    ] = False,
     app_target: AppOption = DEFAULT_APP,
     tenant: TenantOption = OPERATOR_TENANT,
     user: UserOption = OPERATOR_USER,
@@ -157,5 +178,31 @@ def export_tools(
     """Print the tool definitions exposed to the principal as JSON, ready for a request."""
     registry = load_registry(app_target)
     principal = operator_principal(registry, tenant=tenant, user=user, permissions=permission)
-    definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
-    typer.echo(json.dumps(definitions, indent=2, ensure_ascii=False))
+    if not strict:
+        definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
+        typer.echo(json.dumps(definitions, indent=2, ensure_ascii=False))
+        return
+    adapter = _strict_adapter(fmt)
+    rendered = adapter.tool_definitions(registry.exposed(principal, scenario=scenario))
+    for issue in rendered.issues:
+        typer.echo(
+            f"note: {issue.tool} {issue.path}: {issue.keyword} {issue.action.value} "
+            f"({issue.detail})",
+            err=True,
+        )
+    typer.echo(json.dumps(rendered.payload, indent=2, ensure_ascii=False))
+
+
+def _strict_adapter(fmt: DefinitionFormat) -> Adapter:
+    """The adapter of `fmt` in strict mode; formats without one are refused."""
+    match fmt:
+        case DefinitionFormat.OPENAI_CHAT:
+            return OpenAIChatAdapter(strict=True)
+        case DefinitionFormat.OPENAI_RESPONSES:
+            return OpenAIResponsesAdapter(strict=True)
+        case DefinitionFormat.ANTHROPIC:
+            return AnthropicAdapter(strict=True)
+        case _:
+            raise CliError(
+                f"--strict applies to openai-chat, openai-responses and anthropic, not {fmt}"
+            )
