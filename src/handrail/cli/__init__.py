@@ -18,6 +18,7 @@ from handrail.cli._executions import executions_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._replay import replay
+from handrail.cli._runs import runs_app
 from handrail.cli._tools import spec_document, tools_app
 
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
@@ -37,6 +38,7 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
+app.add_typer(runs_app, name="runs")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)
