@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from _stores import _empty_postgres_store
 from handrail import cli
 from handrail.adapters.transcript import AssistantTurn, ToolResult, ToolResultsTurn, UserTurn
 from handrail.calls import ToolCall
@@ -39,19 +37,6 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.delenv("HANDRAIL_STORE", raising=False)
     monkeypatch.delenv("COLUMNS", raising=False)
     return CliRunner()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of a fresh, migrated store with nothing in it."""
-    if request.param == "sqlite":
-        url = str(tmp_path / "store.db")
-        open_store(url).close()
-        yield url
-        return
-    url = request.getfixturevalue("postgres_url")
-    _empty_postgres_store(url).close()
-    yield url
 
 
 def _document(*, ended: bool, task: str = "Open a ticket for the LIS outage") -> RunData:

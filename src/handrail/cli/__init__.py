@@ -15,6 +15,7 @@ from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry, operator_principal
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
+from handrail.cli._plans import plans_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._replay import replay
@@ -28,7 +29,8 @@ app = typer.Typer(
     name="handrail",
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
-        "audit, reconcile unknown writes, read raw results."
+        "audit, runs and plans, confirm or reject plans, reconcile unknown writes, read raw "
+        "results."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -39,6 +41,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
 app.add_typer(runs_app, name="runs")
+app.add_typer(plans_app, name="plans")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)
