@@ -331,10 +331,12 @@ def test_the_demo_runs_the_recovery_scenario_after_the_bookstore(
 RECOVERY_APP = "examples.recovery.app:build_app"
 
 
-def _lose_a_response(store_url: str, service_db: Path) -> dict[str, str]:
+def _lose_a_response(
+    store_url: str, service_db: Path, *, ago: timedelta = timedelta(hours=1)
+) -> dict[str, str]:
     """A confirmed ticket whose response was lost: UNKNOWN in the store, a ticket downstream."""
-    # An hour ago, so that the record is due for the command's real clock.
-    clock = FixedClock(datetime.now(UTC) - timedelta(hours=1))
+    # An hour ago by default, so that the record is due for the command's real clock.
+    clock = FixedClock(datetime.now(UTC) - ago)
     app = build_recovery(service_db=service_db, clock=clock)
     app.service.reset()
     store = open_store(store_url)
@@ -423,6 +425,46 @@ def test_reconcile_a_second_time_finds_nothing_left_to_settle(
     assert again.exit_code == 0, again.output
     assert re.search(r"succeeded\s*│\s*0\s", again.stdout)
     assert "SUCCEEDED recovery" not in again.stdout
+
+
+def test_reconcile_before_a_record_is_due_says_when_its_next_check_is(
+    runner: CliRunner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    # Written "an hour from now": its first check is later than the command's real clock.
+    written = _lose_a_response(
+        str(tmp_path / "store.db"), tmp_path / "t.db", ago=-timedelta(hours=1)
+    )
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", written["store"]],
+        env={"RECOVERY_SERVICE_DB": written["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"not yet due\s*│\s*1\s", result.stdout)
+    assert re.search(r"still unknown\s*│\s*0\s", result.stdout)
+    assert f"{written['key']} (next check 20" in result.stdout.replace("\n", "")
+    assert re.search(
+        r"1 UNKNOWN record\(s\) not yet due; the next check is at \d{4}-\d\d-\d\d [\d:]{8} UTC",
+        result.stdout,
+    )
+    assert _execution_status(written["store"], written["key"])[0] == "UNKNOWN"
+
+
+def test_reconcile_of_due_records_reports_none_waiting(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", unknown_write["store"]],
+        env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"not yet due\s*│\s*0\s", result.stdout)
+    assert "not yet due;" not in result.stdout
 
 
 def test_reconcile_reads_the_store_named_by_handrail_store(
