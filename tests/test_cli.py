@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
+from handrail.events import AuditEvent
 from handrail.testing import FixedClock
 from handrail.writes.reconcile import PassReport, Reconciler
 
@@ -31,6 +32,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delenv("HANDRAIL_DB", raising=False)
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
     monkeypatch.delenv("HANDRAIL_APP", raising=False)
     monkeypatch.delenv("COLUMNS", raising=False)
     return CliRunner()
@@ -234,7 +236,7 @@ def demo_db(runner: CliRunner, tmp_path: Path) -> Path:
 
 
 def test_audit_tail_shows_the_newest_events(runner: CliRunner, demo_db: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "-n", "3"])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "-n", "3"])
     assert result.exit_code == 0, result.output
     assert "call_8" in result.stdout
     assert "UNKNOWN_TOOL" in result.stdout
@@ -242,31 +244,81 @@ def test_audit_tail_shows_the_newest_events(runner: CliRunner, demo_db: Path) ->
 
 
 def test_audit_tail_filters_by_call_id(runner: CliRunner, demo_db: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--call", "call_6"])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "--call", "call_6"])
     assert result.exit_code == 0, result.output
     assert "NOT_FOUND" in result.stdout
     assert set(re.findall(r"call_\d+", result.stdout)) == {"call_6"}
 
 
 def test_audit_tail_filters_by_tenant(runner: CliRunner, demo_db: Path) -> None:
-    acme = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--tenant", "acme"])
-    globex = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--tenant", "globex"])
+    acme = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "--tenant", "acme"])
+    globex = runner.invoke(
+        cli.app, ["audit", "tail", "--store", str(demo_db), "--tenant", "globex"]
+    )
     assert "call_" in acme.stdout
     assert globex.exit_code == 0
     assert "call_" not in globex.stdout
 
 
-def test_audit_tail_reads_the_database_named_by_handrail_db(
+def test_audit_tail_reads_the_store_named_by_handrail_store(
     runner: CliRunner,
     demo_db: Path,
 ) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail"], env={"HANDRAIL_DB": str(demo_db)})
+    result = runner.invoke(
+        cli.app, ["audit", "tail"], env={"HANDRAIL_STORE": f"sqlite:///{demo_db}"}
+    )
     assert result.exit_code == 0, result.output
     assert "call_8" in result.stdout
 
 
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_audit_tail_still_takes_the_deprecated_db_and_says_so(
+    runner: CliRunner, demo_db: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    if how == "option":
+        result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db)])
+    else:
+        result = runner.invoke(cli.app, ["audit", "tail"], env={"HANDRAIL_DB": str(demo_db)})
+    assert result.exit_code == 0, result.output
+    assert "call_8" in result.stdout
+    assert result.stderr == "warning: --db (HANDRAIL_DB) is deprecated; use --store\n"
+    help_text = runner.invoke(cli.app, ["audit", "tail", "--help"]).stdout
+    assert "--db" not in help_text
+
+
+def test_audit_tail_shows_the_window_in_time_order_even_when_written_out_of_order(
+    runner: CliRunner, store_url: str
+) -> None:
+    base = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    written = [("late", 30), ("early", 10), ("middle", 20), ("oldest", 0)]
+    store = open_store(store_url, migrate=False)
+    try:
+        store.append_audit(
+            [
+                AuditEvent(
+                    event_id=f"e{n}",
+                    at=base + timedelta(seconds=seconds),
+                    kind="gate",
+                    stage=stage,
+                    decision="ok",
+                )
+                for n, (stage, seconds) in enumerate(written)
+            ],
+        )
+    finally:
+        store.close()
+    # The window is the three written last (not "late"), shown in time order.
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", store_url, "-n", "3"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "late" not in out
+    assert out.index("oldest") < out.index("early") < out.index("middle")
+    assert out.index("12:00:00") < out.index("12:00:10") < out.index("12:00:20")
+
+
 def test_audit_tail_without_a_database_exits_2(runner: CliRunner, tmp_path: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(tmp_path / "none.db")])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(tmp_path / "none.db")])
     assert result.exit_code == 2
     assert not (tmp_path / "none.db").exists()
 
@@ -277,7 +329,7 @@ def test_audit_tail_of_a_file_that_is_not_an_audit_store_exits_2(
 ) -> None:
     other = tmp_path / "other.db"
     other.write_bytes(b"not a database at all, just bytes" * 10)
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(other)])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(other)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
 
@@ -656,7 +708,7 @@ def test_executions_list_shows_the_unknown_write_and_resolve_settles_it_by_hand(
         "SUCCEEDED",
         unknown_write["ticket_no"],
     )
-    audit = runner.invoke(cli.app, ["audit", "tail", "--db", store, "-n", "5"])
+    audit = runner.invoke(cli.app, ["audit", "tail", "--store", store, "-n", "5"])
     assert "resolve" in audit.stdout
     again = runner.invoke(
         cli.app,
