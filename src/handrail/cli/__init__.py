@@ -4,7 +4,9 @@ A thin layer over the registry, the adapters and the store: it loads an applicat
 builds the operator's view principal and prints. Tool lists and exports show only what
 `Registry.exposed` gives that principal. It never runs a tool, except in `demo` and in
 `reconcile`, which retries a write only when its tool's downstream system proves it
-was never executed. `raw` shows people the full raw results kept behind envelope refs.
+was never executed. `raw` shows people the full raw results kept behind envelope refs;
+`runs` and `plans` a tenant's agent runs and plans, and `plans confirm|reject` decide
+one as a named person (never executing it).
 """
 
 from __future__ import annotations
