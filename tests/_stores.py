@@ -120,6 +120,17 @@ def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlSto
         yield made
 
 
+@pytest.fixture(params=["sqlite", _POSTGRES])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh, migrated, empty store (a SQLite file, or PostgreSQL), closed."""
+    with _opened(request.param, request, tmp_path):
+        pass
+    if request.param == "sqlite":
+        return str(tmp_path / "h.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 Race = Callable[[int, Callable[[int], bool]], list[bool]]
 
 

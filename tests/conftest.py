@@ -14,7 +14,7 @@ from hypothesis import settings
 from pydantic import BaseModel, Field
 
 # Store fixtures (memory, SQLite, PostgreSQL) live in their own module.
-from _stores import postgres_url, race, sql_store, store  # noqa: F401
+from _stores import postgres_url, race, sql_store, store, store_url  # noqa: F401
 from handrail import (
     FromPrincipal,
     Gate,

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from _stores import empty_postgres_store
 from handrail import Keyring, Principal, SigningKey, ToolCall, cli, open_store
 from handrail.adapters import DefinitionFormat
+from handrail.events import AuditEvent
 from handrail.testing import FixedClock
 from handrail.writes.reconcile import PassReport, Reconciler
 
@@ -32,6 +33,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delenv("HANDRAIL_DB", raising=False)
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
     monkeypatch.delenv("HANDRAIL_APP", raising=False)
     monkeypatch.delenv("COLUMNS", raising=False)
     return CliRunner()
@@ -235,7 +237,7 @@ def demo_db(runner: CliRunner, tmp_path: Path) -> Path:
 
 
 def test_audit_tail_shows_the_newest_events(runner: CliRunner, demo_db: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "-n", "3"])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "-n", "3"])
     assert result.exit_code == 0, result.output
     assert "call_8" in result.stdout
     assert "UNKNOWN_TOOL" in result.stdout
@@ -243,31 +245,81 @@ def test_audit_tail_shows_the_newest_events(runner: CliRunner, demo_db: Path) ->
 
 
 def test_audit_tail_filters_by_call_id(runner: CliRunner, demo_db: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--call", "call_6"])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "--call", "call_6"])
     assert result.exit_code == 0, result.output
     assert "NOT_FOUND" in result.stdout
     assert set(re.findall(r"call_\d+", result.stdout)) == {"call_6"}
 
 
 def test_audit_tail_filters_by_tenant(runner: CliRunner, demo_db: Path) -> None:
-    acme = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--tenant", "acme"])
-    globex = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db), "--tenant", "globex"])
+    acme = runner.invoke(cli.app, ["audit", "tail", "--store", str(demo_db), "--tenant", "acme"])
+    globex = runner.invoke(
+        cli.app, ["audit", "tail", "--store", str(demo_db), "--tenant", "globex"]
+    )
     assert "call_" in acme.stdout
     assert globex.exit_code == 0
     assert "call_" not in globex.stdout
 
 
-def test_audit_tail_reads_the_database_named_by_handrail_db(
+def test_audit_tail_reads_the_store_named_by_handrail_store(
     runner: CliRunner,
     demo_db: Path,
 ) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail"], env={"HANDRAIL_DB": str(demo_db)})
+    result = runner.invoke(
+        cli.app, ["audit", "tail"], env={"HANDRAIL_STORE": f"sqlite:///{demo_db}"}
+    )
     assert result.exit_code == 0, result.output
     assert "call_8" in result.stdout
 
 
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_audit_tail_still_takes_the_deprecated_db_and_says_so(
+    runner: CliRunner, demo_db: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    if how == "option":
+        result = runner.invoke(cli.app, ["audit", "tail", "--db", str(demo_db)])
+    else:
+        result = runner.invoke(cli.app, ["audit", "tail"], env={"HANDRAIL_DB": str(demo_db)})
+    assert result.exit_code == 0, result.output
+    assert "call_8" in result.stdout
+    assert result.stderr == "warning: --db (HANDRAIL_DB) is deprecated; use --store\n"
+    help_text = runner.invoke(cli.app, ["audit", "tail", "--help"]).stdout
+    assert "--db" not in help_text
+
+
+def test_audit_tail_shows_the_window_in_time_order_even_when_written_out_of_order(
+    runner: CliRunner, store_url: str
+) -> None:
+    base = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    written = [("late", 30), ("early", 10), ("middle", 20), ("oldest", 0)]
+    store = open_store(store_url, migrate=False)
+    try:
+        store.append_audit(
+            [
+                AuditEvent(
+                    event_id=f"e{n}",
+                    at=base + timedelta(seconds=seconds),
+                    kind="gate",
+                    stage=stage,
+                    decision="ok",
+                )
+                for n, (stage, seconds) in enumerate(written)
+            ],
+        )
+    finally:
+        store.close()
+    # The window is the three written last (not "late"), shown in time order.
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", store_url, "-n", "3"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "late" not in out
+    assert out.index("oldest") < out.index("early") < out.index("middle")
+    assert out.index("12:00:00") < out.index("12:00:10") < out.index("12:00:20")
+
+
 def test_audit_tail_without_a_database_exits_2(runner: CliRunner, tmp_path: Path) -> None:
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(tmp_path / "none.db")])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(tmp_path / "none.db")])
     assert result.exit_code == 2
     assert not (tmp_path / "none.db").exists()
 
@@ -278,7 +330,7 @@ def test_audit_tail_of_a_file_that_is_not_an_audit_store_exits_2(
 ) -> None:
     other = tmp_path / "other.db"
     other.write_bytes(b"not a database at all, just bytes" * 10)
-    result = runner.invoke(cli.app, ["audit", "tail", "--db", str(other)])
+    result = runner.invoke(cli.app, ["audit", "tail", "--store", str(other)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
 
@@ -332,10 +384,12 @@ def test_the_demo_runs_the_recovery_scenario_after_the_bookstore(
 RECOVERY_APP = "examples.recovery.app:build_app"
 
 
-def _lose_a_response(store_url: str, service_db: Path) -> dict[str, str]:
+def _lose_a_response(
+    store_url: str, service_db: Path, *, ago: timedelta = timedelta(hours=1)
+) -> dict[str, str]:
     """A confirmed ticket whose response was lost: UNKNOWN in the store, a ticket downstream."""
-    # An hour ago, so that the record is due for the command's real clock.
-    clock = FixedClock(datetime.now(UTC) - timedelta(hours=1))
+    # An hour ago by default, so that the record is due for the command's real clock.
+    clock = FixedClock(datetime.now(UTC) - ago)
     app = build_recovery(service_db=service_db, clock=clock)
     app.service.reset()
     store = open_store(store_url)
@@ -424,6 +478,46 @@ def test_reconcile_a_second_time_finds_nothing_left_to_settle(
     assert again.exit_code == 0, again.output
     assert re.search(r"succeeded\s*│\s*0\s", again.stdout)
     assert "SUCCEEDED recovery" not in again.stdout
+
+
+def test_reconcile_before_a_record_is_due_says_when_its_next_check_is(
+    runner: CliRunner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    # Written "an hour from now": its first check is later than the command's real clock.
+    written = _lose_a_response(
+        str(tmp_path / "store.db"), tmp_path / "t.db", ago=-timedelta(hours=1)
+    )
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", written["store"]],
+        env={"RECOVERY_SERVICE_DB": written["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"not yet due\s*│\s*1\s", result.stdout)
+    assert re.search(r"still unknown\s*│\s*0\s", result.stdout)
+    assert f"{written['key']} (next check 20" in result.stdout.replace("\n", "")
+    assert re.search(
+        r"1 UNKNOWN record\(s\) not yet due; the next check is at \d{4}-\d\d-\d\d [\d:]{8} UTC",
+        result.stdout,
+    )
+    assert _execution_status(written["store"], written["key"])[0] == "UNKNOWN"
+
+
+def test_reconcile_of_due_records_reports_none_waiting(
+    runner: CliRunner,
+    unknown_write: dict[str, str],
+) -> None:
+    result = runner.invoke(
+        cli.app,
+        ["reconcile", "--app", RECOVERY_APP, "--store", unknown_write["store"]],
+        env={"RECOVERY_SERVICE_DB": unknown_write["service_db"]},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"not yet due\s*│\s*0\s", result.stdout)
+    assert "not yet due;" not in result.stdout
 
 
 def test_reconcile_reads_the_store_named_by_handrail_store(
@@ -616,7 +710,7 @@ def test_executions_list_shows_the_unknown_write_and_resolve_settles_it_by_hand(
         "SUCCEEDED",
         unknown_write["ticket_no"],
     )
-    audit = runner.invoke(cli.app, ["audit", "tail", "--db", store, "-n", "5"])
+    audit = runner.invoke(cli.app, ["audit", "tail", "--store", store, "-n", "5"])
     assert "resolve" in audit.stdout
     again = runner.invoke(
         cli.app,

@@ -317,7 +317,7 @@ def _summary(console: Console, report: DemoReport, audit_db: Path) -> None:
         Text(
             f"{len(report.audit)} events from {audit_db}: {registrations} registrations and "
             f"{len(report.audit) - registrations} call stages. See them with "
-            f"`handrail audit tail --db {audit_db}`.",
+            f"`handrail audit tail --store {audit_db}`.",
         ),
     )
     if report.unexpected:

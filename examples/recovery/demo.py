@@ -804,7 +804,7 @@ def _summary(console: Console, report: RecoveryReport, store: str | Path, servic
     if isinstance(store, Path):
         console.print(
             Text(
-                f"See them with `handrail audit tail --db {store}`; reconcile that store with "
+                f"See them with `handrail audit tail --store {store}`; reconcile that store with "
                 f"`RECOVERY_SERVICE_DB={service_db} handrail "
                 f"reconcile --app examples.recovery.app:build_app --store {store}`.",
             ),

@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import pytest
 
+from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Amount, Impact, Plan, PlanRecord, PlanState
 from handrail.spec import ConfirmationMode, RiskLevel
 from handrail.store import Store
@@ -257,3 +258,99 @@ def test_threads_racing_to_move_one_plan_version_let_exactly_one_win(
     got = store.get_plan("p1")
     assert got is not None
     assert (got.state, got.version, got.updated_at) == (targets[winner % 2], 6, T0 + _us(winner))
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+def _listed(plan_id: str, *, tenant: str = "t1", at: int = 0) -> PlanRecord:
+    plan = dataclasses.replace(_bare_plan(plan_id), tenant_id=tenant, created_at=T0 + _us(at))
+    plan = dataclasses.replace(plan, plan_hash="0" * 64)  # the hash is not the store's business
+    return PlanRecord(plan=plan, state=PlanState.PROPOSED, version=1, updated_at=T0)
+
+
+def _succeeded_execution(plan_id: str) -> ExecutionRecord:
+    return ExecutionRecord(
+        idempotency_key=f"hk_{plan_id}",
+        plan_id=plan_id,
+        plan_hash="0" * 64,
+        tool="shop.cancel",
+        tenant_id="t1",
+        user_id="u2",
+        principal="{}",
+        arguments="{}",
+        expected_version=None,
+        status=ExecutionStatus.SUCCEEDED,
+        attempts=1,
+        business_id="B-1",
+        result="{}",
+        error_code=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        next_check_at=None,
+        checks=0,
+        escalated=False,
+        created_at=T0,
+        updated_at=T0,
+        retain_until=T0 + timedelta(days=1),
+        version=3,
+    )
+
+
+def test_a_plan_listing_is_newest_created_first_with_ties_by_greater_id(store: Store) -> None:
+    for plan_id, at in [("a1", 1), ("a3", 3), ("tie_a", 2), ("tie_b", 2)]:
+        assert store.insert_plan(_listed(plan_id, at=at))
+    assert [r.plan.plan_id for r in store.list_plans()] == ["a3", "tie_b", "tie_a", "a1"]
+    assert [r.plan.plan_id for r in store.list_plans(limit=2)] == ["a3", "tie_b"]
+    assert store.list_plans(limit=0) == []
+    assert store.list_plans(limit=-1) == []
+
+
+def test_a_plan_listing_reads_each_plan_as_get_plan_does(store: Store) -> None:
+    store.insert_plan(_record(_plan("p1")))
+    store.insert_plan(_record(_bare_plan("p2")))
+    store.add_approval("p1", user_id="alice", at=T0)
+    store.add_approval("p2", user_id="alice", at=T0)  # a CONFIRM plan's are not read back
+    listed = store.list_plans()
+    assert listed == [store.get_plan("p1"), store.get_plan("p2")]
+    assert listed[0].approvals == frozenset({"alice"})
+    assert listed[1].approvals == frozenset()
+
+
+def test_a_plan_listing_filters_by_tenant_with_similar_names_kept_apart(store: Store) -> None:
+    tenants = ["t1", "T1", "t1 ", "t10", "t%", "t_", "t1'--", ""]
+    for n, tenant in enumerate(tenants):
+        store.insert_plan(_listed(f"p{n}", tenant=tenant))
+    for n, tenant in enumerate(tenants):
+        assert [r.plan.plan_id for r in store.list_plans(tenant_id=tenant)] == [f"p{n}"]
+
+
+def test_a_plan_listing_filters_by_the_derived_state(store: Store) -> None:
+    for n, plan_id in enumerate(["proposed", "confirmed", "executed", "rejected"]):
+        store.insert_plan(_listed(plan_id, at=n))
+    for plan_id, state in [
+        ("confirmed", PlanState.CONFIRMED),
+        ("executed", PlanState.CONFIRMED),
+        ("rejected", PlanState.REJECTED),
+    ]:
+        assert store.move_plan(
+            plan_id, expect_state=PlanState.PROPOSED, expect_version=1, state=state, at=T0
+        )
+    # A CONFIRMED plan with a SUCCEEDED record reads (and filters) as EXECUTED.
+    assert store.insert_execution(_succeeded_execution("executed"))
+
+    def ids(state: PlanState) -> list[str]:
+        return [r.plan.plan_id for r in store.list_plans(state=state)]
+
+    assert ids(PlanState.EXECUTED) == ["executed"]
+    assert ids(PlanState.CONFIRMED) == ["confirmed"]
+    assert ids(PlanState.PROPOSED) == ["proposed"]
+    assert ids(PlanState.REJECTED) == ["rejected"]
+    assert ids(PlanState.EXPIRED) == []
+    assert [r.state for r in store.list_plans()] == [
+        PlanState.REJECTED,
+        PlanState.EXECUTED,
+        PlanState.CONFIRMED,
+        PlanState.PROPOSED,
+    ]
+    assert store.list_plans(tenant_id="t2", state=PlanState.EXECUTED) == []

@@ -371,6 +371,21 @@ def test_a_listing_filters_by_tenant_and_state(store: Store) -> None:
     assert ids() == ["b_sus", "b_fin", "a_sus", "a_run"]
 
 
+def test_a_listing_filters_by_user_within_a_tenant(store: Store) -> None:
+    store.insert_run(_run("r_alice", tenant_id="t1", user_id="alice", updated_at=T0))
+    store.insert_run(_run("r_bob", tenant_id="t1", user_id="bob", updated_at=T0 + _us(1)))
+    store.insert_run(_run("r_alice2", tenant_id="t2", user_id="alice", updated_at=T0 + _us(2)))
+    store.insert_run(_run("r_alice_", tenant_id="t1", user_id="alice ", updated_at=T0 + _us(3)))
+
+    def ids(**filters: Any) -> list[str]:
+        return [r.run_id for r in store.list_runs(**filters)]
+
+    assert ids(tenant_id="t1", user_id="alice") == ["r_alice"]
+    assert ids(user_id="alice") == ["r_alice2", "r_alice"]
+    assert ids(tenant_id="t1", user_id="bob", state=RunState.FINISHED) == []
+    assert ids(user_id="al%") == []
+
+
 def test_tenants_with_similar_names_never_see_each_others_runs(store: Store) -> None:
     tenants = ["t1", "T1", "t1 ", "t10", "t%", "t_", "t1'--", ""]
     for n, tenant in enumerate(tenants):

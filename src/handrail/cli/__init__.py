@@ -4,7 +4,9 @@ A thin layer over the registry, the adapters and the store: it loads an applicat
 builds the operator's view principal and prints. Tool lists and exports show only what
 `Registry.exposed` gives that principal. It never runs a tool, except in `demo` and in
 `reconcile`, which retries a write only when its tool's downstream system proves it
-was never executed. `raw` shows people the full raw results kept behind envelope refs.
+was never executed. `raw` shows people the full raw results kept behind envelope refs;
+`runs` and `plans` a tenant's agent runs and plans, and `plans confirm|reject` decide
+one as a named person (never executing it).
 """
 
 from __future__ import annotations
@@ -12,21 +14,25 @@ from __future__ import annotations
 import typer
 
 from handrail.cli._audit import audit_app
-from handrail.cli._common import CliError, load_registry, operator_principal
+from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry, operator_principal
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
+from handrail.cli._plans import plans_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._replay import replay
+from handrail.cli._runs import runs_app
 from handrail.cli._tools import spec_document, tools_app
 
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
 
 app = typer.Typer(
+    cls=HelpGroup,
     name="handrail",
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
-        "audit, reconcile unknown writes, read raw results."
+        "audit, runs and plans, confirm or reject plans, reconcile unknown writes, read raw "
+        "results."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -36,9 +42,11 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
-app.command("demo")(demo)
-app.command("reconcile")(reconcile)
-app.command("replay")(replay)
+app.add_typer(runs_app, name="runs")
+app.add_typer(plans_app, name="plans")
+app.command("demo", cls=HelpCommand)(demo)
+app.command("reconcile", cls=HelpCommand)(reconcile)
+app.command("replay", cls=HelpCommand)(replay)
 
 
 def main() -> None:

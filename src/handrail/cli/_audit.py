@@ -1,30 +1,32 @@
-"""`handrail audit`: the newest events of the audit trail in the SQLite store.
+"""`handrail audit`: the newest events of the audit trail in Handrail's store.
 
-Reads only: the store is opened without migrating, and a missing file is an error
-rather than a new, empty database.
+Reads only: the store (SQLite or PostgreSQL, `--store`) is opened without migrating,
+and a missing SQLite file is an error rather than a new, empty database.
 """
 
 from __future__ import annotations
 
 from datetime import UTC
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from handrail.cli._common import (
     DEFAULT_DB,
-    CliError,
-    DbOption,
+    STORE_OPTION,
+    HelpCommand,
+    HelpGroup,
     console_for_output,
     folding_table,
     one_line_errors,
 )
+from handrail.cli._reconcile import open_existing_store
 from handrail.events import AuditEvent
-from handrail.store.sqlite import SqliteStore
 
 __all__ = ["audit_app"]
 
-audit_app = typer.Typer(help="The audit trail in the SQLite store.", no_args_is_help=True)
+audit_app = typer.Typer(cls=HelpGroup, help="The audit trail in the store.", no_args_is_help=True)
 
 _COLUMNS = ("time (UTC)", "stage", "decision", "code", "tool", "call id", "tenant", "duration")
 
@@ -44,7 +46,7 @@ def _audit_row(event: AuditEvent) -> tuple[str, ...]:
     )
 
 
-@audit_app.command("tail")
+@audit_app.command("tail", cls=HelpCommand)
 @one_line_errors
 def tail_audit(
     *,
@@ -54,21 +56,32 @@ def tail_audit(
     ] = 20,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
     call: Annotated[str | None, typer.Option("--call", help="Only this tool call id.")] = None,
-    db: DbOption = DEFAULT_DB,
+    store: Annotated[str | None, STORE_OPTION] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", envvar="HANDRAIL_DB", hidden=True, help="Deprecated: --store."),
+    ] = None,
 ) -> None:
-    """Show the newest audit events, oldest first."""
-    if not db.is_file():
-        raise CliError(f"no audit database at {db}; run `handrail demo` or pass --db")
-    store = SqliteStore.open(db, migrate=False)
+    """Show the newest audit events, oldest first, like tail.
+
+    The window is the newest events as they were written; within it, events are in the
+    order of their times (writers batch, so the two orders can differ). The store is
+    the one `handrail demo` writes unless --store (or HANDRAIL_STORE) names another.
+    """
+    if store is None and db is not None:
+        typer.echo("warning: --db (HANDRAIL_DB) is deprecated; use --store", err=True)
+    url = store if store is not None else str(db or DEFAULT_DB)
+    opened = open_existing_store(url)
     try:
-        events = store.read_audit(limit=lines, tenant_id=tenant, tool_call_id=call)
+        events = opened.read_audit(limit=lines, tenant_id=tenant, tool_call_id=call)
     finally:
-        store.close()
+        opened.close()
     console = console_for_output()
     if not events:
         console.print("no matching audit events")
         return
     table = folding_table(*_COLUMNS)
-    for event in events:
+    # sorted() is stable: events of the same instant keep the order they were written in.
+    for event in sorted(events, key=lambda e: e.at):
         table.add_row(*_audit_row(event))
     console.print(table)

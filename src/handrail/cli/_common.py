@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import operator
 import os
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.table import Table
 
@@ -30,9 +32,12 @@ __all__ = [
     "DEFAULT_DB",
     "OPERATOR_TENANT",
     "OPERATOR_USER",
+    "STORE_OPTION",
     "AppOption",
     "CliError",
     "DbOption",
+    "HelpCommand",
+    "HelpGroup",
     "PermissionOption",
     "ScenarioOption",
     "StoreOption",
@@ -45,6 +50,7 @@ __all__ = [
     "load_registry",
     "one_line_errors",
     "operator_principal",
+    "unwrapped",
     "who",
 ]
 
@@ -78,6 +84,53 @@ def one_line_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
     return run
 
 
+# --- help ----------------------------------------------------------------------------------
+
+
+def unwrapped(text: str | None) -> str | None:
+    """Help text with its paragraphs joined into lines, for the terminal to wrap.
+
+    Typer keeps a docstring's line breaks inside a paragraph and then wraps again, so a
+    sentence would break twice. Paragraphs stay apart (blank lines).
+    """
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _no_flag_placeholders(params: list[Any]) -> list[Any]:
+    # A flag takes no value: no `<bool>` beside it (Typer shows the type otherwise).
+    for param in params:
+        if isinstance(param, typer.core.TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class HelpCommand(typer.core.TyperCommand):
+    """A command whose help has no stray line breaks and no `<bool>` beside flags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - Typer's options
+        kwargs["help"] = unwrapped(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:  # noqa: ANN401 - Typer's click is private
+        """The parameters, flags without a value placeholder."""
+        return _no_flag_placeholders(super().get_params(ctx))
+
+
+class HelpGroup(typer.core.TyperGroup):
+    """A group whose help has no stray line breaks and no `<bool>` beside flags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - Typer's options
+        kwargs["help"] = unwrapped(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:  # noqa: ANN401 - Typer's click is private
+        """The parameters, flags without a value placeholder."""
+        return _no_flag_placeholders(super().get_params(ctx))
+
+
 # --- options -------------------------------------------------------------------------------
 
 AppOption = Annotated[
@@ -97,18 +150,16 @@ DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="HANDRAIL_DB", help="The SQLite file of the audit store."),
 ]
-StoreOption = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="HANDRAIL_STORE",
-        metavar="URL",
-        help=(
-            "Handrail's store of plans and executions: a SQLite file path, sqlite:///path, "
-            "or a postgresql:// URL."
-        ),
+STORE_OPTION = typer.Option(
+    "--store",
+    envvar="HANDRAIL_STORE",
+    metavar="URL",
+    help=(
+        "Handrail's store (plans, executions, runs, raw results, audit): a SQLite file "
+        "path, sqlite:///path, or a postgresql:// URL."
     ),
-]
+)
+StoreOption = Annotated[str, STORE_OPTION]
 TenantOption = Annotated[
     str,
     typer.Option("--tenant", help="Tenant of the principal whose view is shown."),

@@ -17,6 +17,8 @@ import typer
 
 from handrail.cli._common import (
     CliError,
+    HelpCommand,
+    HelpGroup,
     StoreOption,
     console_for_output,
     folding_table,
@@ -31,6 +33,7 @@ from handrail.writes.reconcile import resolve_by_person
 __all__ = ["executions_app"]
 
 executions_app = typer.Typer(
+    cls=HelpGroup,
     help="Execution records: list them, resolve an UNKNOWN one by hand.",
     no_args_is_help=True,
 )
@@ -60,7 +63,7 @@ def _row(record: ExecutionRecord) -> tuple[str, ...]:
     )
 
 
-@executions_app.command("list")
+@executions_app.command("list", cls=HelpCommand)
 @one_line_errors
 def list_executions(
     *,
@@ -93,7 +96,7 @@ def list_executions(
     console_for_output().print(table)
 
 
-@executions_app.command("resolve")
+@executions_app.command("resolve", cls=HelpCommand)
 @one_line_errors
 def resolve(
     key: Annotated[str, typer.Argument(help="The idempotency key of an UNKNOWN record.")],

@@ -22,6 +22,8 @@ from rich.text import Text
 
 from handrail.cli._common import (
     CliError,
+    HelpCommand,
+    HelpGroup,
     StoreOption,
     console_for_output,
     folding_table,
@@ -39,6 +41,7 @@ from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults
 __all__ = ["raw_app", "render_body", "shown"]
 
 raw_app = typer.Typer(
+    cls=HelpGroup,
     help="Raw results kept for people: show one, list a tenant's, purge expired ones.",
     no_args_is_help=True,
 )
@@ -141,7 +144,7 @@ def _not_empty(**options: str) -> None:
             raise CliError(f"--{name} must not be empty")
 
 
-@raw_app.command("show")
+@raw_app.command("show", cls=HelpCommand)
 @one_line_errors
 def show(
     ref: Annotated[str, typer.Argument(help="The ref of the raw record (from an envelope).")],
@@ -191,7 +194,7 @@ def show(
     typer.echo("\n".join([*lines, "", body]))
 
 
-@raw_app.command("list")
+@raw_app.command("list", cls=HelpCommand)
 @one_line_errors
 def list_raw(
     *,
@@ -228,7 +231,7 @@ def list_raw(
     console_for_output().print(table)
 
 
-@raw_app.command("purge")
+@raw_app.command("purge", cls=HelpCommand)
 @one_line_errors
 def purge(*, store: StoreOption) -> None:
     """Delete every raw record whose retention has ended."""

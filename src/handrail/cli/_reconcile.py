@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import socket
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +34,7 @@ from handrail.cli._common import (
     one_line_errors,
 )
 from handrail.clock import Clock, SystemClock
+from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.record.batching import BatchingAuditSink
 from handrail.store import SqlStore, open_store
 from handrail.writes.reconcile import PassReport, Reconciler
@@ -50,6 +51,9 @@ _ROWS = (
     ("skipped", "skipped", "leased by another reconciler first"),
 )
 
+
+_WAITING_LIMIT = 1000
+"""At most this many UNKNOWN records are read to find the ones not yet due."""
 
 _DRAIN_S = 600.0
 """How long the command waits, before it closes the store, for retries still running."""
@@ -138,8 +142,10 @@ def reconcile(
         else:
             report = asyncio.run(_one_pass(reconciler))
             caption = f"one pass by {worker} over {_label(store)}"
-            console.print(_table(report, caption=caption))
+            waiting = _not_yet_due(opened, report, clock)
+            console.print(_table(report, waiting, caption=caption))
             _print_settled(console, report, opened)
+            _print_waiting(console, waiting)
     finally:
         audit.close()
         opened.close()
@@ -152,11 +158,43 @@ async def _one_pass(reconciler: Reconciler) -> PassReport:
     return report
 
 
-def _table(report: PassReport, *, caption: str) -> Table:
+def _not_yet_due(store: SqlStore, report: PassReport, clock: Clock) -> list[ExecutionRecord]:
+    """UNKNOWN records this pass did not check because their next check is later.
+
+    Soonest first. Records checked in this pass are left out: their outcome is above.
+    """
+    now = clock.now()
+    checked = {key for _, field, _ in _ROWS for key in getattr(report, field)}
+    unknown = store.list_executions(status=ExecutionStatus.UNKNOWN, limit=_WAITING_LIMIT)
+    waiting = [
+        record
+        for record in unknown
+        if record.idempotency_key not in checked and _next_check(record) > now
+    ]
+    return sorted(waiting, key=_next_check)
+
+
+def _next_check(record: ExecutionRecord) -> datetime:
+    """When a reconciler may look at an UNKNOWN record next (a held lease delays it)."""
+    times = [t for t in (record.next_check_at, record.lease_expires_at) if t is not None]
+    return max(times, default=datetime.min.replace(tzinfo=UTC))
+
+
+def _at(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _table(report: PassReport, waiting: list[ExecutionRecord], *, caption: str) -> Table:
     table = folding_table("outcome", "records", "meaning", "idempotency keys", caption=caption)
     for label, field, meaning in _ROWS:
         keys: tuple[str, ...] = getattr(report, field)
         table.add_row(label, str(len(keys)), meaning, "\n".join(keys))
+    table.add_row(
+        "not yet due",
+        str(len(waiting)),
+        "UNKNOWN records whose next check is later: not checked in this pass",
+        "\n".join(f"{r.idempotency_key} (next check {_at(_next_check(r))})" for r in waiting),
+    )
     table.add_row(
         "purged",
         str(report.purged),
@@ -174,6 +212,17 @@ def _print_settled(console: Console, report: PassReport, store: SqlStore) -> Non
             continue
         business = f" {record.business_id}" if record.business_id else ""
         console.print(Text(f"{record.status.value} {record.tool}{business}  key {key}"))
+
+
+def _print_waiting(console: Console, waiting: list[ExecutionRecord]) -> None:
+    """One line when records wait: the pass did not look at them yet, and when it will."""
+    if waiting:
+        console.print(
+            Text(
+                f"{len(waiting)} UNKNOWN record(s) not yet due; the next check is at "
+                f"{_at(_next_check(waiting[0]))}"
+            ),
+        )
 
 
 async def _watch(
@@ -200,6 +249,8 @@ async def _watch(
             passes += 1
             console.print(Text(_one_line(clock, passes, report)))
             await asyncio.to_thread(_print_settled, console, report, store)
+            waiting = await asyncio.to_thread(_not_yet_due, store, report, clock)
+            await asyncio.to_thread(_print_waiting, console, waiting)
             if max_passes is not None and passes >= max_passes:
                 break
             with contextlib.suppress(TimeoutError):

@@ -11,7 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from handrail.adapters import DefinitionFormat, exposed_definitions, from_wire_name, to_wire_name
+from handrail.adapters import (
+    Adapter,
+    AnthropicAdapter,
+    DefinitionFormat,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+    exposed_definitions,
+    from_wire_name,
+    to_wire_name,
+)
 from handrail.adapters.json_schema import tool_definition
 from handrail.cli._common import (
     DEFAULT_APP,
@@ -19,6 +28,8 @@ from handrail.cli._common import (
     OPERATOR_USER,
     AppOption,
     CliError,
+    HelpCommand,
+    HelpGroup,
     PermissionOption,
     ScenarioOption,
     TenantOption,
@@ -35,10 +46,12 @@ from handrail.spec import ToolSpec
 
 __all__ = ["spec_document", "tools_app"]
 
-tools_app = typer.Typer(help="The tools exposed to a principal.", no_args_is_help=True)
+tools_app = typer.Typer(
+    cls=HelpGroup, help="The tools exposed to a principal.", no_args_is_help=True
+)
 
 
-@tools_app.command("list")
+@tools_app.command("list", cls=HelpCommand)
 @one_line_errors
 def list_tools(
     *,
@@ -111,7 +124,7 @@ def spec_document(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-@tools_app.command("show")
+@tools_app.command("show", cls=HelpCommand)
 @one_line_errors
 def show_tool(
     *,
@@ -136,7 +149,7 @@ def show_tool(
     typer.echo(json.dumps(spec_document(spec), indent=2, ensure_ascii=False))
 
 
-@tools_app.command("export")
+@tools_app.command("export", cls=HelpCommand)
 @one_line_errors
 def export_tools(
     *,
@@ -144,6 +157,18 @@ def export_tools(
         DefinitionFormat,
         typer.Option("--format", "-f", help="The wire format of the definitions."),
     ],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help=(
+                "Strict-mode definitions (grammar-constrained arguments), as the adapter "
+                "sends them with strict=True: openai-chat, openai-responses and anthropic "
+                "only. Each schema rewrite is noted on stderr; a schema strict mode cannot "
+                "take is an error."
+            ),
+        ),
+    ] = False,
     app_target: AppOption = DEFAULT_APP,
     tenant: TenantOption = OPERATOR_TENANT,
     user: UserOption = OPERATOR_USER,
@@ -153,5 +178,31 @@ def export_tools(
     """Print the tool definitions exposed to the principal as JSON, ready for a request."""
     registry = load_registry(app_target)
     principal = operator_principal(registry, tenant=tenant, user=user, permissions=permission)
-    definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
-    typer.echo(json.dumps(definitions, indent=2, ensure_ascii=False))
+    if not strict:
+        definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
+        typer.echo(json.dumps(definitions, indent=2, ensure_ascii=False))
+        return
+    adapter = _strict_adapter(fmt)
+    rendered = adapter.tool_definitions(registry.exposed(principal, scenario=scenario))
+    for issue in rendered.issues:
+        typer.echo(
+            f"note: {issue.tool} {issue.path}: {issue.keyword} {issue.action.value} "
+            f"({issue.detail})",
+            err=True,
+        )
+    typer.echo(json.dumps(rendered.payload, indent=2, ensure_ascii=False))
+
+
+def _strict_adapter(fmt: DefinitionFormat) -> Adapter:
+    """The adapter of `fmt` in strict mode; formats without one are refused."""
+    match fmt:
+        case DefinitionFormat.OPENAI_CHAT:
+            return OpenAIChatAdapter(strict=True)
+        case DefinitionFormat.OPENAI_RESPONSES:
+            return OpenAIResponsesAdapter(strict=True)
+        case DefinitionFormat.ANTHROPIC:
+            return AnthropicAdapter(strict=True)
+        case _:
+            raise CliError(
+                f"--strict applies to openai-chat, openai-responses and anthropic, not {fmt}"
+            )

@@ -47,8 +47,10 @@ __all__ = [
     "STARTED",
     "UPDATE_RUN",
     "Statements",
+    "approvers_statement",
     "claim_statement",
     "insert_execution_statement",
+    "list_plans_statement",
     "replace_statements",
 ]
 
@@ -62,20 +64,47 @@ _E = executions.c
 
 # A plan reads as EXECUTED once a SUCCEEDED record of it exists: the outcome is written
 # in one statement, and the plan's state can never disagree with its record.
-SELECT_PLAN = sa.select(
-    plans,
-    sa.exists()
-    .where(
-        executions.c.plan_id == _P.plan_id,
-        executions.c.status == ExecutionStatus.SUCCEEDED.value,
-    )
-    .label("succeeded"),
-).where(_P.plan_id == sa.bindparam("k_plan"))
+_SUCCEEDED = sa.exists().where(
+    executions.c.plan_id == _P.plan_id,
+    executions.c.status == ExecutionStatus.SUCCEEDED.value,
+)
+
+
+SELECT_PLAN = sa.select(plans, _SUCCEEDED.label("succeeded")).where(
+    _P.plan_id == sa.bindparam("k_plan"),
+)
 
 
 SELECT_APPROVERS = sa.select(plan_approvals.c.user_id).where(
     plan_approvals.c.plan_id == sa.bindparam("k_plan"),
 )
+
+
+def list_plans_statement(
+    *, tenant_id: str | None, state: PlanState | None, limit: int
+) -> sa.Select[Any]:
+    """Plans newest first, filtered by tenant and by the state `get_plan` derives."""
+    query = (
+        sa.select(plans, _SUCCEEDED.label("succeeded"))
+        .order_by(_P.created_at.desc(), _P.plan_id.desc())
+        .limit(max(0, limit))
+    )
+    if tenant_id is not None:
+        query = query.where(_P.tenant_id == tenant_id)
+    confirmed = _P.state == PlanState.CONFIRMED.value
+    if state is PlanState.EXECUTED:
+        query = query.where(sa.or_(_P.state == state.value, sa.and_(confirmed, _SUCCEEDED)))
+    elif state is PlanState.CONFIRMED:
+        query = query.where(confirmed, ~_SUCCEEDED)
+    elif state is not None:
+        query = query.where(_P.state == state.value)
+    return query
+
+
+def approvers_statement(plan_ids: list[str]) -> sa.Select[Any]:
+    """The (plan id, user id) approvals of these plans."""
+    c = plan_approvals.c
+    return sa.select(c.plan_id, c.user_id).where(c.plan_id.in_(plan_ids))
 
 
 LOCK_PLAN = sa.select(_P.state).where(_P.plan_id == sa.bindparam("k_plan")).with_for_update()

@@ -87,6 +87,20 @@ class Store(Protocol):
         """Record one person's approval of a plan; False if they had approved it already."""
         ...
 
+    def list_plans(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: PlanState | None = None,
+        limit: int = 50,
+    ) -> list[PlanRecord]:
+        """Matching plans for people, newest first (by creation; ties: greater id first).
+
+        Each reads as `get_plan` reads it (EXECUTED derived from its record, approvals of
+        APPROVE plans), and `state` filters by that state.
+        """
+        ...
+
     # --- executions ----------------------------------------------------------------------------
 
     def insert_execution(
@@ -212,6 +226,7 @@ class Store(Protocol):
         *,
         tenant_id: str | None = None,
         state: RunState | None = None,
+        user_id: str | None = None,
         limit: int = 50,
     ) -> list[RunRecord]:
         """Matching runs, most recently updated first (ties: greater run id first)."""

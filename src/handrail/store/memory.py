@@ -80,16 +80,19 @@ class MemoryStore:
         """The plan with its approvals."""
         with self._lock:
             found = self._plans.get(plan_id)
-            if found is None:
-                return None
-            if found.state is PlanState.CONFIRMED and any(
-                r.plan_id == plan_id and r.status is ExecutionStatus.SUCCEEDED
-                for r in self._executions.values()
-            ):
-                found = dataclasses.replace(found, state=PlanState.EXECUTED)
-            if found.plan.confirmation is not ConfirmationMode.APPROVE:
-                return found
-            return dataclasses.replace(found, approvals=frozenset(self._approvals[plan_id]))
+            return None if found is None else self._as_read(found)
+
+    def _as_read(self, found: PlanRecord) -> PlanRecord:
+        """A stored plan as `get_plan` reads it: derived state, approvals; under the lock."""
+        plan_id = found.plan.plan_id
+        if found.state is PlanState.CONFIRMED and any(
+            r.plan_id == plan_id and r.status is ExecutionStatus.SUCCEEDED
+            for r in self._executions.values()
+        ):
+            found = dataclasses.replace(found, state=PlanState.EXECUTED)
+        if found.plan.confirmation is not ConfirmationMode.APPROVE:
+            return found
+        return dataclasses.replace(found, approvals=frozenset(self._approvals[plan_id]))
 
     def move_plan(
         self,
@@ -136,6 +139,24 @@ class MemoryStore:
                 return False
             approvals.add(user_id)
             return True
+
+    def list_plans(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: PlanState | None = None,
+        limit: int = 50,
+    ) -> list[PlanRecord]:
+        """Matching plans, newest first, each read as `get_plan` reads it."""
+        with self._lock:
+            found = [
+                self._as_read(r)
+                for r in self._plans.values()
+                if tenant_id is None or r.plan.tenant_id == tenant_id
+            ]
+        found = [r for r in found if state is None or r.state is state]
+        found.sort(key=lambda r: (r.plan.created_at, r.plan.plan_id), reverse=True)
+        return found[: max(0, limit)]
 
     def insert_execution(
         self,
@@ -311,6 +332,7 @@ class MemoryStore:
         *,
         tenant_id: str | None = None,
         state: RunState | None = None,
+        user_id: str | None = None,
         limit: int = 50,
     ) -> list[RunRecord]:
         """Matching runs, most recently updated first."""
@@ -320,6 +342,7 @@ class MemoryStore:
                 for r in self._runs.values()
                 if (tenant_id is None or r.tenant_id == tenant_id)
                 and (state is None or r.state is state)
+                and (user_id is None or r.user_id == user_id)
             ]
         found.sort(key=lambda r: (r.updated_at, r.run_id), reverse=True)
         return found[: max(0, limit)]

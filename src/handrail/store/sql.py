@@ -57,6 +57,8 @@ from handrail.store._statements import (
     STARTED,
     UPDATE_RUN,
     Statements,
+    approvers_statement,
+    list_plans_statement,
 )
 
 if TYPE_CHECKING:
@@ -306,6 +308,26 @@ class SqlStore:
             single=True,
         )
 
+    def list_plans(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: PlanState | None = None,
+        limit: int = 50,
+    ) -> list[PlanRecord]:
+        """Matching plans, newest first, with the approvals of APPROVE plans."""
+        query = list_plans_statement(tenant_id=tenant_id, state=state, limit=limit)
+
+        def read(c: sa.Connection) -> list[PlanRecord]:
+            rows = c.execute(query).mappings().all()
+            approve = [r["plan_id"] for r in rows if r["confirmation"] == ConfirmationMode.APPROVE]
+            approvers: dict[str, set[str]] = {}
+            for plan_id, user_id in c.execute(approvers_statement(approve)) if approve else ():
+                approvers.setdefault(plan_id, set()).add(user_id)
+            return [_plan(r, frozenset(approvers.get(r["plan_id"], ()))) for r in rows]
+
+        return self._read("plans read", read, None)
+
     # --- executions ----------------------------------------------------------------------------
 
     def insert_execution(
@@ -538,6 +560,7 @@ class SqlStore:
         *,
         tenant_id: str | None = None,
         state: RunState | None = None,
+        user_id: str | None = None,
         limit: int = 50,
     ) -> list[RunRecord]:
         """Matching runs, most recently updated first."""
@@ -546,6 +569,8 @@ class SqlStore:
             query = query.where(runs.c.tenant_id == tenant_id)
         if state is not None:
             query = query.where(runs.c.state == state.value)
+        if user_id is not None:
+            query = query.where(runs.c.user_id == user_id)
         query = query.limit(max(0, limit))
         return self._read(
             "runs read",

@@ -314,7 +314,12 @@ class Decisions:
         return fresh
 
     async def reject(
-        self, plan_id: str, principal: Principal, *, state: PlanState = PlanState.REJECTED
+        self,
+        plan_id: str,
+        principal: Principal,
+        *,
+        state: PlanState = PlanState.REJECTED,
+        reason: str | None = None,
     ) -> PlanRecord:
         """Reject (or, from the gate, supersede) a plan that is not yet executed.
 
@@ -335,7 +340,8 @@ class Decisions:
                 state=state,
                 at=self._clock.now(),
             ):
-                self.note(record.plan, principal, "plan", state.value.lower())
+                detail = None if reason is None else {"reason": reason}
+                self.note(record.plan, principal, "plan", state.value.lower(), detail=detail)
                 if record.state is PlanState.CONFIRMED:
                     await self._close_released(record.plan, principal)
                 return await self.get_plan(plan_id, principal)

@@ -197,13 +197,19 @@ class Writes:
         return await self._decisions.confirm(plan_id, token, principal)
 
     async def reject(
-        self, plan_id: str, principal: Principal, *, state: PlanState = PlanState.REJECTED
+        self,
+        plan_id: str,
+        principal: Principal,
+        *,
+        state: PlanState = PlanState.REJECTED,
+        reason: str | None = None,
     ) -> PlanRecord:
         """Reject (or, from the gate, supersede) a plan that is not yet executed.
 
         Only the requester, or for APPROVE plans a holder of the approver permission.
+        `reason`, a person's words, goes into the audit event of the rejection.
         """
-        return await self._decisions.reject(plan_id, principal, state=state)
+        return await self._decisions.reject(plan_id, principal, state=state, reason=reason)
 
     def check_may_decide(self, record: PlanRecord, principal: Principal) -> None:
         """PERMISSION_DENIED unless `principal` asked for the plan or may approve it."""
