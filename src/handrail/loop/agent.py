@@ -147,9 +147,10 @@ class AgentLoop:
     is the system prompt (data-block rules and final-answer format by default);
     `new_run_id` draws run ids. `exposure` chooses the tools each step shows the model
     (`Registry.exposure`; by default every tool the principal may see); the gate is
-    told that exposure and the run id as the conversation, so every protection it
-    offers holds inside a run. Model errors end a run FAILED with their code: the
-    loop does not retry a model (a retry would need its own budget; left to the host).
+    told that exposure and the run's conversation id (else its run id) as the
+    conversation, so every protection it offers holds inside a run and a chat. Model
+    errors end a run FAILED with their code: the loop does not retry a model (a retry
+    would need its own budget; left to the host).
     """
 
     def __init__(
@@ -197,7 +198,7 @@ class AgentLoop:
         adapter could not send it) or the stored conversation `conversation_id`'s turns
         (a new id creates it), then the task. Raises RunRefusedError: CONFLICT when
         `run_id` is taken or the conversation's last run is running or suspended;
-        NOT_FOUND for another principal's conversation. Nothing is stored before.
+        NOT_FOUND for another principal's conversation; a refusal stores nothing.
         """
         run_id = self._new_run_id() if run_id is None else run_id
         if not _RUN_ID.fullmatch(run_id):
