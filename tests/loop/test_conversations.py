@@ -10,6 +10,7 @@ Every model is a ScriptedModelClient; the Gate, Writes and stores are real.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from handrail.adapters.transcript import AssistantTurn, ToolResultsTurn, Turn, U
 from handrail.authz.guard import ConversationGuard
 from handrail.authz.policy import Decision, Outcome
 from handrail.errors import ConfigurationError
-from handrail.loop.agent import AgentLoop, RunRefusedError, RunStatus, read_run
+from handrail.loop.agent import AgentLoop, RunData, RunRefusedError, RunStatus, read_run
 from handrail.loop.budgets import RunBudget
 from handrail.loop.models import ModelError, ModelReply, ModelRequest, ScriptedModelClient
 from handrail.runs import RunState
@@ -406,3 +407,18 @@ async def test_a_conversation_continues_in_another_process(
     assert state is not None
     assert state.state is RunState.FINISHED
     assert len(after.effects.lines()) == 1
+
+
+def test_a_run_document_of_version_1_reads_as_a_run_without_history() -> None:
+    data = RunData(
+        task="t",
+        principal=ALICE.snapshot(),
+        limits=RunBudget(max_steps=3, deadline_seconds=9.0),
+        budget={},
+        transcript=(UserTurn(text="t"),),
+    )
+    document = json.loads(data.to_json())
+    assert (document["version"], document["history"], document["conversation"]) == (2, [], None)
+    del document["history"], document["conversation"]
+    document["version"] = 1
+    assert RunData.parse(json.dumps(document)) == data
