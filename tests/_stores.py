@@ -35,6 +35,8 @@ STORE_TABLES = (
     "executions",
     "raw_results",
     "runs",
+    "conversations",
+    "conversation_turns",
 )
 
 RACE_TIMEOUT_S = 60.0

@@ -1,7 +1,9 @@
 """The JSON an agent run keeps in its RunRecord's `data`, and how it reads back.
 
 One versioned document: the task, the principal as authenticated, the budget's limits
-and counters, the neutral transcript, every model reply (as a cassette, for replay),
+and counters, the history it started from (the turns themselves, or a reference to
+the conversation that holds them), the run's own transcript from its task on, every
+model reply (as a cassette, for replay),
 a log of each step's call outcomes, the plans awaiting a person, the execution keys
 the run made, and how the run ended. It never decides anything about a run.
 """
@@ -39,18 +41,25 @@ if TYPE_CHECKING:
 __all__ = [
     "DOCUMENT_VERSION",
     "CallOutcome",
+    "ConversationRef",
     "PendingPlan",
     "RunData",
     "RunEnd",
     "RunStatus",
     "StepLog",
     "budget_json",
+    "dump_turn",
+    "load_turn",
     "outcomes",
     "read_run",
 ]
 
-DOCUMENT_VERSION = 1
-"""Version of the run document; a stored run of another version is refused."""
+DOCUMENT_VERSION = 2
+"""Version of the run document; a stored run of another version is refused.
+
+Version 1 had no history: it reads as a run that started from none.
+"""
+_READABLE = frozenset({1, DOCUMENT_VERSION})
 
 
 class RunStatus(StrEnum):
@@ -139,6 +148,18 @@ class RunEnd:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ConversationRef:
+    """The stored conversation a run belongs to, and how many of its turns came before.
+
+    The run's history is the conversation's turns `0 .. start - 1`, read from the store
+    when the run resumes or is replayed, never copied into the run's document.
+    """
+
+    conversation_id: str
+    start: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunData:
     """Everything a run needs to go on in another process, or to be replayed."""
 
@@ -149,6 +170,10 @@ class RunData:
     budget: Mapping[str, Any]
     """`BudgetTracker.snapshot()` after the last stored step."""
     transcript: tuple[Turn, ...] = ()
+    """The run's own turns, from its task on (its history comes before them)."""
+    history: tuple[Turn, ...] = ()
+    """The turns a host gave the run to start from, when it is in no stored conversation."""
+    conversation: ConversationRef | None = None
     replies: tuple[ModelReply, ...] = ()
     steps: tuple[StepLog, ...] = ()
     pending: tuple[PendingPlan, ...] = ()
@@ -165,6 +190,10 @@ class RunData:
             "limits": budget_json(self.limits),
             "budget": dict(self.budget),
             "transcript": [_turn_json(turn) for turn in self.transcript],
+            "history": [_turn_json(turn) for turn in self.history],
+            "conversation": None
+            if self.conversation is None
+            else {"id": self.conversation.conversation_id, "start": self.conversation.start},
             # The cassette's objects as they are: no indent, no decode and encode again.
             "replies": cassette_items(self.replies),
             "steps": [_step_json(step) for step in self.steps],
@@ -184,7 +213,7 @@ class RunData:
         except pydantic.ValidationError as exc:
             msg = "the run's data is not a run document"
             raise ConfigurationError(msg) from exc
-        if doc.version != DOCUMENT_VERSION:
+        if doc.version not in _READABLE:
             msg = f"run document version {doc.version} is not {DOCUMENT_VERSION}"
             raise ConfigurationError(msg)
         return cls(
@@ -193,6 +222,10 @@ class RunData:
             limits=_budget_of(doc.limits),
             budget=doc.budget,
             transcript=tuple(_turn_of(turn) for turn in doc.transcript),
+            history=tuple(_turn_of(turn) for turn in doc.history),
+            conversation=None
+            if doc.conversation is None
+            else ConversationRef(conversation_id=doc.conversation.id, start=doc.conversation.start),
             replies=parse_cassette(json.dumps(doc.replies)),
             steps=tuple(
                 StepLog(
@@ -334,6 +367,20 @@ def _turn_of(doc: _User | _Assistant | _Results) -> Turn:
     return ToolResultsTurn(results=tuple(ToolResult(**r.model_dump()) for r in doc.results))
 
 
+def dump_turn(turn: Turn) -> str:
+    """One turn as ASCII JSON text, as a run's document holds it (a conversation's row)."""
+    return json.dumps(_turn_json(turn), allow_nan=False, separators=(",", ":"))
+
+
+def load_turn(text: str) -> Turn:
+    """The turn `dump_turn` wrote; ConfigurationError for anything else."""
+    try:
+        return _turn_of(_TURN.validate_json(text))
+    except pydantic.ValidationError as exc:
+        msg = "a stored conversation turn is not a turn"
+        raise ConfigurationError(msg) from exc
+
+
 def _step_json(step: StepLog) -> dict[str, Any]:
     return {
         "kind": step.kind,
@@ -395,6 +442,15 @@ class _Results(_Strict):
     results: list[_Result]
 
 
+_AnyTurn = Annotated[_User | _Assistant | _Results, pydantic.Field(discriminator="kind")]
+_TURN: pydantic.TypeAdapter[_User | _Assistant | _Results] = pydantic.TypeAdapter(_AnyTurn)
+
+
+class _Conversation(_Strict):
+    id: str
+    start: int = pydantic.Field(ge=0)
+
+
 class _Outcome(_Strict):
     call_id: str
     tool: str
@@ -446,7 +502,9 @@ class _Document(pydantic.BaseModel):
     principal: pydantic.StrictStr
     limits: _Limits
     budget: dict[str, Any]
-    transcript: list[Annotated[_User | _Assistant | _Results, pydantic.Field(discriminator="kind")]]
+    transcript: list[_AnyTurn]
+    history: list[_AnyTurn] = []
+    conversation: _Conversation | None = None
     replies: list[Any]
     steps: list[_Step]
     pending: list[_Pending]

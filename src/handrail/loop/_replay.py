@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from secrets import token_hex
 from typing import TYPE_CHECKING
 
-from handrail.adapters.transcript import UserTurn
+from handrail.adapters.transcript import Turn, UserTurn
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode
@@ -64,8 +64,9 @@ def replay_session(
     clock: Clock,
     model: ModelClient | None,
     principal: Principal | None,
+    history: Sequence[Turn] = (),
 ) -> Session:
-    """A session that drives `recorded` again from its task, its budget started.
+    """A session that drives `recorded` again from its task after `history`, its budget started.
 
     The model is by default a ScriptedModelClient of the recorded replies; the
     principal is the recorded one; the budget has the recorded limits. The gate's
@@ -91,6 +92,7 @@ def replay_session(
         model=model or ScriptedModelClient(recorded.replies, record_requests=False),
         record=None,
         conversation=f"{run_id}:replay:{token_hex(8)}",
+        history=history,
     )
     session.recorded = recorded
     session.keys = list(recorded.keys)

@@ -1,9 +1,10 @@
 """The working state of one run while the loop drives it, and what a turn adds to it.
 
-`Session` holds a run's transcript, replies, step log, pending plans and execution keys
-between two stored versions; `pending_plans` reads the plans a turn proposed, and
-`confirmed_text` words a person's confirmation for the model. It never asks a model,
-runs a call or stores anything.
+`Session` holds a run's transcript (its history, then its own turns), replies, step
+log, pending plans and execution keys between two stored versions; `pending_plans`
+reads the plans a turn proposed, and `confirmed_text` and `not_executed` word a
+person's confirmation and its outcome for the model. It never asks a model, runs a
+call or stores anything.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
-from handrail.errors import ErrorCode
+from handrail.errors import AccessRefusedError, ErrorCode
 from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
 from handrail.loop.budgets import BudgetTracker
 from handrail.loop.models import ModelClient, ModelReply
@@ -27,10 +28,26 @@ if TYPE_CHECKING:
     from handrail.envelope import Envelope
     from handrail.shaping.marking import DataMarker
 
-__all__ = ["PLANNED", "Session", "confirmed_text", "pending_plans"]
+__all__ = [
+    "PLANNED",
+    "RunRefusedError",
+    "Session",
+    "confirmed_text",
+    "not_executed",
+    "pending_plans",
+]
 
 PLANNED = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
 """The codes of a call that became a plan awaiting a person."""
+
+
+class RunRefusedError(AccessRefusedError):
+    """A request about a run that is refused, with its code.
+
+    NOT_FOUND: no such run (or conversation) for this principal, or no such pending
+    plan. CONFLICT: the run is not suspended, or another process moved it; the run id
+    is taken; another run of the conversation is running or suspended.
+    """
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,12 +62,16 @@ class Session:
     record: RunRecord | None
     """The stored record this session last wrote; None while replaying (nothing stored)."""
     transcript: list[Turn]
+    """The history the run started from, then the run's own turns (from `base` on)."""
     replies: list[ModelReply]
     steps: list[StepLog]
     pending: list[PendingPlan]
     keys: list[str]
     conversation: str
-    """What the gate's conversation guard knows the run by: its run id (a replay's own)."""
+    """What the gate's conversation guard knows the run by: its stored conversation's id,
+    else its run id (a replay's own)."""
+    base: int = 0
+    """How many turns of `transcript` are history: the run's own turns follow them."""
     exposure: Exposure | None = None
     """What the model of this drive is shown; set by the loop before the first step."""
     recorded: RunData | None = None
@@ -67,20 +88,26 @@ class Session:
         model: ModelClient,
         record: RunRecord | None,
         conversation: str | None = None,
+        history: Sequence[Turn] = (),
     ) -> Session:
-        """A session that goes on from `data`, a run's document.
+        """A session that goes on from `data`, a run's document, after `history`.
 
-        `conversation` is the run id unless given (a replay gives its own).
+        `conversation` is the run's stored conversation, else its run id, unless given
+        (a replay gives its own).
         """
+        if conversation is None:
+            ref = data.conversation
+            conversation = run_id if ref is None else ref.conversation_id
         return cls(
             run_id=run_id,
-            conversation=run_id if conversation is None else conversation,
+            conversation=conversation,
+            base=len(history),
             principal=principal,
             data=data,
             tracker=tracker,
             model=model,
             record=record,
-            transcript=list(data.transcript),
+            transcript=[*history, *data.transcript],
             replies=list(data.replies),
             steps=list(data.steps),
             pending=list(data.pending),
@@ -92,13 +119,18 @@ class Session:
         return dataclasses.replace(
             self.data,
             budget=self.tracker.snapshot(),
-            transcript=tuple(self.transcript),
+            transcript=tuple(self.transcript[self.base :]),
             replies=tuple(self.replies),
             steps=tuple(self.steps),
             pending=tuple(self.pending),
             keys=tuple(self.keys),
             end=end,
         )
+
+    @property
+    def new_turns(self) -> tuple[Turn, ...]:
+        """The run's own turns: its task's turn and every turn after it."""
+        return tuple(self.transcript[self.base :])
 
     def ledger(self) -> CallIdLedger:
         """A call-id ledger that holds every call of the transcript so far."""
@@ -127,4 +159,11 @@ def confirmed_text(pending: PendingPlan, envelope: Envelope, marker: DataMarker)
         f"{pending.call_id} of {pending.tool}) in the application, and it was "
         f"submitted. Its result, for call {pending.call_id}, follows.\n"
         f"{marker.mark(envelope)}"
+    )
+
+
+def not_executed(envelope: Envelope) -> Envelope:
+    """A refused execution's envelope, saying the confirmed plan did not run."""
+    return dataclasses.replace(
+        envelope, summary=f"The confirmed plan was not executed: {envelope.summary}"
     )

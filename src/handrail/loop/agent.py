@@ -2,9 +2,12 @@
 
 Each step asks the model (with the exposed tools and the transcript so far), admits
 its calls against the budget, runs them through `Gate.handle_batch` and feeds the
-envelopes back. Every gate call is told the run's exposure (a tool the model was not
-shown is UNKNOWN_TOOL) and the run id as its conversation (the gate's guard sees the
-whole run, across resumes). A write that becomes a plan suspends the run in the store; `resume`
+envelopes back. A run starts from a host's history or a stored conversation's turns
+(`_conversation`), and a run in a conversation appends its turns to it when it stops.
+Every gate call is told the run's exposure (a tool the model was not shown is
+UNKNOWN_TOOL) and, as its conversation, the stored conversation's id or else the run
+id (the gate's guard sees the whole chat, or the whole run, across resumes). A write
+that becomes a plan suspends the run in the store; `resume`
 confirms and executes that plan (possibly in another process) and goes on. A reply
 without calls is the final answer, checked against execution records before it is
 accepted. Every step is stored (compare-and-set), with the model's replies, so
@@ -14,19 +17,16 @@ accepted. Every step is stored (compare-and-set), with the model's replies, so
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from secrets import token_hex
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pydantic
-
-from handrail.adapters.transcript import AssistantTurn, CallIdLedger, UserTurn, pair_results
+from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn, UserTurn, pair_results
 from handrail.declare.exposure import Exposure, ExposureRequest
 from handrail.envelope import Envelope
-from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, WriteRefusedError
+from handrail.errors import ConfigurationError, ErrorCode, WriteRefusedError
 from handrail.execution import command_key
 from handrail.loop._agent_record import (
     CallOutcome,
@@ -38,6 +38,7 @@ from handrail.loop._agent_record import (
     outcomes,
     read_run,
 )
+from handrail.loop._conversation import Conversations
 from handrail.loop._replay import (
     ReplayReport,
     replay_report,
@@ -45,15 +46,17 @@ from handrail.loop._replay import (
     replay_session,
     replayed_calls,
 )
-from handrail.loop._session import PLANNED, Session, confirmed_text, pending_plans
-from handrail.loop.answers import (
-    CheckedAnswer,
-    EvidenceChecker,
-    FinalAnswer,
-    TextCheck,
-    tool_names_of,
+from handrail.loop._session import (
+    PLANNED,
+    RunRefusedError,
+    Session,
+    confirmed_text,
+    not_executed,
+    pending_plans,
 )
+from handrail.loop.answers import CheckedAnswer, EvidenceChecker, TextCheck, tool_names_of
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
+from handrail.loop.final import RunAnswer, checked_json, parse_final_answer
 from handrail.loop.models import (
     ModelClient,
     ModelError,
@@ -79,6 +82,7 @@ __all__ = [
     "AgentLoop",
     "CallOutcome",
     "ReplayReport",
+    "RunAnswer",
     "RunData",
     "RunOutcome",
     "RunRefusedError",
@@ -105,25 +109,19 @@ LOOP_INSTRUCTIONS = (
 DEFAULT_SYSTEM = f"{MODEL_INSTRUCTIONS}\n\n{LOOP_INSTRUCTIONS}"
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_FENCE = re.compile(r"\A```(?:json)?\s*(?P<body>.*?)\s*```\Z", re.DOTALL)
 _SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
-
-
-class RunRefusedError(AccessRefusedError):
-    """A request about a run that is refused, with its code.
-
-    NOT_FOUND: no such run for this principal, or no such pending plan. CONFLICT: the
-    run is not suspended, or another process moved it.
-    """
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunOutcome:
     """Where a run stands after `run` or `resume` returned.
 
-    FINISHED: `answer` (a structured answer after the evidence check) or, for free
-    text, `text` and `text_check`. SUSPENDED: `plan_ids` await a person. BUDGET_EXHAUSTED:
-    `trip` says which budget. FAILED: `error` is the model error's code.
+    FINISHED: `final` is the answer in one shape (`RunAnswer`: what to show, the state,
+    the evidence check's verdict); `answer` (a structured answer after the check) or,
+    for free text, `text` and `text_check` are its details. SUSPENDED: `plan_ids` await
+    a person. BUDGET_EXHAUSTED: `trip` says which budget. FAILED: `error` is the model
+    error's code. `new_turns` are the run's turns from its task on (after a resume, all
+    of them), for a host that keeps the history itself.
     """
 
     run_id: str
@@ -135,6 +133,8 @@ class RunOutcome:
     plan_ids: tuple[str, ...] = ()
     trip: BudgetTrip | None = None
     error: str | None = None
+    final: RunAnswer | None = None
+    new_turns: tuple[Turn, ...] = ()
 
 
 Runner = Callable[[Sequence["ToolCall"], Session], Awaitable[list[Envelope]]]
@@ -147,9 +147,10 @@ class AgentLoop:
     is the system prompt (data-block rules and final-answer format by default);
     `new_run_id` draws run ids. `exposure` chooses the tools each step shows the model
     (`Registry.exposure`; by default every tool the principal may see); the gate is
-    told that exposure and the run id as the conversation, so every protection it
-    offers holds inside a run. Model errors end a run FAILED with their code: the
-    loop does not retry a model (a retry would need its own budget; left to the host).
+    told that exposure and the run's conversation id (else its run id) as the
+    conversation, so every protection it offers holds inside a run and a chat. Model
+    errors end a run FAILED with their code: the loop does not retry a model (a retry
+    would need its own budget; left to the host).
     """
 
     def __init__(
@@ -178,20 +179,34 @@ class AgentLoop:
         self._new_run_id = new_run_id or (lambda: token_hex(16))
         self._marker = marker or DataMarker()
         self._exposure = exposure or ExposureRequest()
+        self._conversations = Conversations(store, clock)
 
     # --- run ------------------------------------------------------------------------------------
 
     async def run(
-        self, task: str, principal: Principal, *, run_id: str | None = None
+        self,
+        task: str,
+        principal: Principal,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Turn] = (),
+        conversation_id: str | None = None,
     ) -> RunOutcome:
         """Start a run for `task` on behalf of `principal` and drive it until it stops.
 
-        Raises RunRefusedError(CONFLICT) when `run_id` is taken.
+        The model sees `history` (earlier turns the host kept; ConfigurationError if an
+        adapter could not send it) or the stored conversation `conversation_id`'s turns
+        (a new id creates it), then the task. Raises RunRefusedError: CONFLICT when
+        `run_id` is taken or the conversation's last run is running or suspended;
+        NOT_FOUND for another principal's conversation; a refusal stores nothing.
         """
         run_id = self._new_run_id() if run_id is None else run_id
         if not _RUN_ID.fullmatch(run_id):
             msg = "a run id is 1-64 characters of [A-Za-z0-9_-]"
             raise ConfigurationError(msg)
+        opened = await self._conversations.open(
+            principal, run_id=run_id, conversation_id=conversation_id, history=history
+        )
         tracker = BudgetTracker(self._budget, self._clock)
         data = RunData(
             task=task,
@@ -199,6 +214,8 @@ class AgentLoop:
             limits=self._budget,
             budget=tracker.snapshot(),
             transcript=(UserTurn(text=task),),
+            history=opened.inline,
+            conversation=opened.ref,
         )
         now = self._clock.now()
         record = RunRecord(
@@ -212,6 +229,7 @@ class AgentLoop:
             data=data.to_json(),
         )
         if not await self._io(self._store.insert_run, record):
+            await self._conversations.release(opened, run_id)
             raise RunRefusedError(ErrorCode.CONFLICT, "A run with this id exists.")
         tracker.start()
         session = Session.of(
@@ -221,6 +239,7 @@ class AgentLoop:
             tracker=tracker,
             model=self._model,
             record=record,
+            history=opened.history,
         )
         return await self._drive(session, self._live)
 
@@ -331,7 +350,7 @@ class AgentLoop:
     async def _finish(self, s: Session, reply: ModelReply) -> RunOutcome:
         text = reply.text or ""
         s.transcript.append(AssistantTurn(text=reply.text))
-        answer = _final_answer(text)
+        answer = parse_final_answer(text)
         if answer is not None:
             # The model may cite a tool by any name this run showed it under.
             shown = () if s.exposure is None else s.exposure.included
@@ -341,13 +360,15 @@ class AgentLoop:
             await self._save(
                 s,
                 RunState.FINISHED,
-                RunEnd(status=RunStatus.FINISHED, answer=_checked_json(checked)),
+                RunEnd(status=RunStatus.FINISHED, answer=checked_json(checked)),
             )
-            return self._outcome(s, RunStatus.FINISHED, answer=checked)
+            final = RunAnswer.of_answer(checked)
+            return self._outcome(s, RunStatus.FINISHED, answer=checked, final=final)
         check = await self._checker.check_text(text, s.principal)
         end = RunEnd(status=RunStatus.FINISHED, text=text, text_ok=check.ok)
         await self._save(s, RunState.FINISHED, end)
-        return self._outcome(s, RunStatus.FINISHED, text=text, text_check=check)
+        final = RunAnswer.of_text(text, check)
+        return self._outcome(s, RunStatus.FINISHED, text=text, text_check=check, final=final)
 
     async def _end_budget(self, s: Session, trip: BudgetTrip) -> RunOutcome:
         end = RunEnd(status=RunStatus.BUDGET_EXHAUSTED, trip=trip.to_dict())
@@ -361,17 +382,25 @@ class AgentLoop:
     def _outcome(self, s: Session, status: RunStatus, **fields: Any) -> RunOutcome:  # noqa: ANN401
         if status is RunStatus.SUSPENDED:
             fields["plan_ids"] = tuple(p.plan_id for p in s.pending)
-        return RunOutcome(run_id=s.run_id, status=status, steps=s.tracker.steps, **fields)
+        return RunOutcome(
+            run_id=s.run_id, status=status, steps=s.tracker.steps, new_turns=s.new_turns, **fields
+        )
 
     async def _save(self, s: Session, state: RunState, end: RunEnd | None = None) -> None:
-        """Store the session as the run's next version; CONFLICT if another moved it."""
+        """Store the session as the run's next version; CONFLICT if another moved it.
+
+        A run that stops appends its turns to its conversation first (`_conversation`).
+        """
         s.data = s.snapshot(end)
         if s.record is None:
             return
+        synced = state is RunState.RUNNING or await self._conversations.sync(s)
         record = s.record.advanced(at=self._clock.now(), state=state, data=s.data.to_json())
         if not await self._io(self._store.update_run, record, expect_version=s.record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run was changed by another process.")
         s.record = record
+        if not synced:
+            raise RunRefusedError(ErrorCode.CONFLICT, "The run's conversation moved on without it.")
 
     # --- resume ---------------------------------------------------------------------------------
 
@@ -410,6 +439,7 @@ class AgentLoop:
         claimed = record.advanced(at=self._clock.now(), state=RunState.RUNNING)
         if not await self._io(self._store.update_run, claimed, expect_version=record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
+        history = await self._conversations.history_of(data)
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         tracker.start()
         session = Session.of(
@@ -419,6 +449,7 @@ class AgentLoop:
             tracker=tracker,
             model=self._model,
             record=claimed,
+            history=history,
         )
         if tracker.remaining_seconds() <= 0:
             try:
@@ -467,7 +498,7 @@ class AgentLoop:
             # Refused before its key: nothing ran.
             if outcome.code in PLANNED:
                 raise WriteRefusedError(outcome.code, outcome.envelope.summary)
-            return _refused(outcome.envelope), None
+            return not_executed(outcome.envelope), None
         return outcome.envelope, outcome.key
 
     # --- replay ---------------------------------------------------------------------------------
@@ -489,12 +520,14 @@ class AgentLoop:
         record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
         if record is None:
             raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        recorded = read_run(record)
         session = replay_session(
-            read_run(record),
+            recorded,
             run_id=run_id,
             clock=self._clock,
             model=model,
             principal=principal,
+            history=await self._conversations.history_of(recorded),
         )
         outcome = await self._drive(session, self._replayed)
         return replay_report(record, session, outcome.status)
@@ -502,6 +535,10 @@ class AgentLoop:
     async def _replayed(self, calls: Sequence[ToolCall], s: Session) -> list[Envelope]:
         """The replay's runner: reads through the gate, writes as recorded (`_replay`)."""
         return await replayed_calls(self._gate, calls, s)
+
+    async def conversation(self, conversation_id: str, principal: Principal) -> tuple[Turn, ...]:
+        """The turns of `principal`'s stored conversation; RunRefusedError(NOT_FOUND) if none."""
+        return await self._conversations.read(conversation_id, principal)
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -512,42 +549,3 @@ class AgentLoop:
 
 def _command_id(run_id: str, call: ToolCall) -> str:
     return f"{run_id}:{call.id}"
-
-
-def _final_answer(text: str) -> FinalAnswer | None:
-    """A structured answer, from JSON text or a fenced JSON block; None for free text."""
-    body = text.strip()
-    fenced = _FENCE.fullmatch(body)
-    if fenced is not None:
-        body = fenced["body"]
-    if not body.startswith("{"):
-        return None
-    try:
-        return FinalAnswer.model_validate_json(body)
-    except pydantic.ValidationError:
-        return None
-
-
-def _checked_json(checked: CheckedAnswer) -> dict[str, Any]:
-    answer = checked.answer.model_dump(mode="json")
-    return {
-        **answer,
-        "claimed": checked.claimed.value,
-        "notice": checked.notice,
-        "proven": list(checked.proven),
-        "issues": [
-            {
-                "index": issue.index,
-                "tool": issue.tool,
-                "problem": issue.problem.value,
-                "status": None if issue.status is None else issue.status.value,
-            }
-            for issue in checked.issues
-        ],
-    }
-
-
-def _refused(envelope: Envelope) -> Envelope:
-    return dataclasses.replace(
-        envelope, summary=f"The confirmed plan was not executed: {envelope.summary}"
-    )

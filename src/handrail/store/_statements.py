@@ -23,6 +23,7 @@ from handrail.plans import PlanState
 from handrail.store._rows import EXECUTION_MUTABLE as _EXECUTION_MUTABLE
 from handrail.store._rows import RAW_LISTED as _RAW_LISTED
 from handrail.store._tables import (
+    conversations,
     executions,
     plan_approvals,
     plan_nonces,
@@ -280,3 +281,4 @@ class Statements:
         self.insert_execution = insert_execution_statement(dialect)
         self.claim_execution = claim_statement(dialect)
         self.insert_run = _ignoring_conflict(dialect, runs)
+        self.insert_conversation = _ignoring_conflict(dialect, conversations)

@@ -138,3 +138,25 @@ runs = sa.Table(
     sa.Column("data", sa.Text(), nullable=False),
     sa.Index("ix_runs_tenant_updated", "tenant_id", "updated_at"),
 )
+
+conversations = sa.Table(
+    "conversations",
+    metadata,
+    sa.Column("conversation_id", sa.String(64), primary_key=True),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("turns", sa.Integer(), nullable=False),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    sa.Index("ix_conversations_tenant_updated", "tenant_id", "updated_at"),
+)
+
+conversation_turns = sa.Table(
+    "conversation_turns",
+    metadata,
+    sa.Column("conversation_id", sa.String(64), primary_key=True),
+    sa.Column("seq", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("data", sa.Text(), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
@@ -23,7 +24,7 @@ __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state of Handrail: audit, plans, nonces, approvals, executions, raw results, runs."""
+    """Durable state: audit, plans, nonces, approvals, executions, raw results, runs, chats."""
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
@@ -230,6 +231,71 @@ class Store(Protocol):
         limit: int = 50,
     ) -> list[RunRecord]:
         """Matching runs, most recently updated first (ties: greater run id first)."""
+        ...
+
+    # --- conversations -------------------------------------------------------------------------
+
+    def insert_conversation(self, record: ConversationRecord) -> bool:
+        """Store a new conversation (no turns yet); False (nothing written) if its id is taken."""
+        ...
+
+    def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """The conversation of an id, or None."""
+        ...
+
+    def claim_conversation(
+        self,
+        conversation_id: str,
+        *,
+        run_id: str | None,
+        expect_run_id: str | None,
+        at: datetime,
+    ) -> bool:
+        """Set the run that holds the conversation if it is still `expect_run_id`.
+
+        A compare-and-set: of two claims from the same holder exactly one wins. False
+        (nothing written) for an unknown conversation or another holder.
+        """
+        ...
+
+    def append_turns(
+        self,
+        conversation_id: str,
+        turns: Sequence[str],
+        *,
+        expect_turns: int,
+        at: datetime,
+    ) -> bool:
+        """Append turns (JSON text, one row each) if the conversation still has `expect_turns`.
+
+        The new rows are numbered from `expect_turns` on and the count moves with them, in
+        one transaction: of two appends at one count exactly one wins, and the loser writes
+        nothing. Rows already stored are never rewritten. False for an unknown conversation.
+        Text `check_turns` refuses is a ValueError, nothing asked.
+        """
+        ...
+
+    def get_turns(
+        self,
+        conversation_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> list[str]:
+        """The conversation's turns numbered `start` up to `stop` (or the end), in order."""
+        ...
+
+    def list_conversations(
+        self,
+        *,
+        tenant_id: str,
+        user_id: str | None = None,
+        limit: int = 50,
+    ) -> list[ConversationRecord]:
+        """A tenant's (or one user's) conversations, most recently updated first.
+
+        Ties: greater conversation id first.
+        """
         ...
 
     def close(self) -> None:

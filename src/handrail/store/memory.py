@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from handrail.conversations import ConversationRecord, check_turns
 from handrail.errors import StoreError
 from handrail.events import AuditEvent, storable_events
 from handrail.execution import ExecutionRecord, ExecutionStatus
@@ -37,6 +38,8 @@ class MemoryStore:
         self._executions: dict[str, ExecutionRecord] = {}
         self._raw: dict[str, RawRecord] = {}
         self._runs: dict[str, RunRecord] = {}
+        self._conversations: dict[str, ConversationRecord] = {}
+        self._turns: dict[str, list[str]] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""
@@ -345,6 +348,93 @@ class MemoryStore:
                 and (user_id is None or r.user_id == user_id)
             ]
         found.sort(key=lambda r: (r.updated_at, r.run_id), reverse=True)
+        return found[: max(0, limit)]
+
+    def insert_conversation(self, record: ConversationRecord) -> bool:
+        """Store a new conversation unless its id is taken; it starts with no turns."""
+        record = dataclasses.replace(
+            record,
+            turns=0,
+            created_at=record.created_at.astimezone(UTC),
+            updated_at=record.updated_at.astimezone(UTC),
+        )
+        with self._lock:
+            if record.conversation_id in self._conversations:
+                return False
+            self._conversations[record.conversation_id] = record
+            self._turns[record.conversation_id] = []
+            return True
+
+    def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """The conversation of an id."""
+        with self._lock:
+            return self._conversations.get(conversation_id)
+
+    def claim_conversation(
+        self,
+        conversation_id: str,
+        *,
+        run_id: str | None,
+        expect_run_id: str | None,
+        at: datetime,
+    ) -> bool:
+        """Compare-and-set the conversation's run."""
+        with self._lock:
+            found = self._conversations.get(conversation_id)
+            if found is None or found.run_id != expect_run_id:
+                return False
+            self._conversations[conversation_id] = dataclasses.replace(
+                found, run_id=run_id, updated_at=at.astimezone(UTC)
+            )
+            return True
+
+    def append_turns(
+        self,
+        conversation_id: str,
+        turns: Sequence[str],
+        *,
+        expect_turns: int,
+        at: datetime,
+    ) -> bool:
+        """Append under the lock if the count is still `expect_turns`."""
+        check_turns(turns)
+        with self._lock:
+            found = self._conversations.get(conversation_id)
+            if found is None or found.turns != expect_turns:
+                return False
+            self._turns[conversation_id].extend(turns)
+            self._conversations[conversation_id] = dataclasses.replace(
+                found, turns=expect_turns + len(turns), updated_at=at.astimezone(UTC)
+            )
+            return True
+
+    def get_turns(
+        self,
+        conversation_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> list[str]:
+        """The turns numbered `start` up to `stop`."""
+        with self._lock:
+            stored = self._turns.get(conversation_id, [])
+            return stored[max(0, start) : None if stop is None else max(0, stop)]
+
+    def list_conversations(
+        self,
+        *,
+        tenant_id: str,
+        user_id: str | None = None,
+        limit: int = 50,
+    ) -> list[ConversationRecord]:
+        """A tenant's (or a user's) conversations, most recently updated first."""
+        with self._lock:
+            found = [
+                c
+                for c in self._conversations.values()
+                if c.tenant_id == tenant_id and (user_id is None or c.user_id == user_id)
+            ]
+        found.sort(key=lambda c: (c.updated_at, c.conversation_id), reverse=True)
         return found[: max(0, limit)]
 
     def close(self) -> None:

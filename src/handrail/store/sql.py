@@ -41,6 +41,7 @@ from handrail.store._rows import raw_row as _raw_row
 from handrail.store._rows import run_of as _run
 from handrail.store._rows import run_row as _run_row
 from handrail.store._rows import utc as _utc
+from handrail.store._sql_conversations import SqlConversations
 from handrail.store._statements import (
     LIST_RAW,
     LOCK_PLAN,
@@ -81,8 +82,11 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
     return connection.execution_options(handrail_immediate=True)
 
 
-class SqlStore:
-    """A Store on any SQLAlchemy engine whose dialect the migrations support."""
+class SqlStore(SqlConversations):
+    """A Store on any SQLAlchemy engine whose dialect the migrations support.
+
+    Conversations are kept by `SqlConversations` (`handrail.store._sql_conversations`).
+    """
 
     def __init__(self, engine: sa.Engine, *, autocommit: sa.Engine | None = None) -> None:
         """`autocommit` runs single statements and reads without BEGIN and COMMIT.
