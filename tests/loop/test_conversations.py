@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from _agent_worker import ALICE, TICKET_ARGS, World, answer, call, reply, world
 
-from _stores import _empty_postgres_store
+from _stores import empty_postgres_store
 from handrail import ErrorCode, Gate, Principal
 from handrail.adapters.transcript import AssistantTurn, ToolResultsTurn, Turn, UserTurn
 from handrail.authz.guard import ConversationGuard
@@ -367,7 +367,7 @@ def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
         if request.param == "sqlite":
             made = SqliteStore.open(tmp_path / "chat.db")
         elif not opened:
-            made = _empty_postgres_store(request.getfixturevalue("postgres_url"))
+            made = empty_postgres_store(request.getfixturevalue("postgres_url"))
         else:
             made = PostgresStore.open(request.getfixturevalue("postgres_url"))
         opened.append(made)

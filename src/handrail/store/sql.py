@@ -25,7 +25,6 @@ from handrail.execution import (
 )
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
-from handrail.runs import RunRecord, RunState, check_successor
 from handrail.spec import ConfirmationMode
 from handrail.store._rows import EVENT_FIELDS as _EVENT_FIELDS
 from handrail.store._rows import SUBJECT_FIELDS as _SUBJECT_FIELDS
@@ -38,10 +37,9 @@ from handrail.store._rows import plan_of as _plan
 from handrail.store._rows import plan_row as _plan_row
 from handrail.store._rows import raw_of as _raw
 from handrail.store._rows import raw_row as _raw_row
-from handrail.store._rows import run_of as _run
-from handrail.store._rows import run_row as _run_row
 from handrail.store._rows import utc as _utc
 from handrail.store._sql_conversations import SqlConversations
+from handrail.store._sql_runs import SqlRuns
 from handrail.store._statements import (
     LIST_RAW,
     LOCK_PLAN,
@@ -54,9 +52,7 @@ from handrail.store._statements import (
     SELECT_EXECUTION,
     SELECT_PLAN,
     SELECT_RAW,
-    SELECT_RUN,
     STARTED,
-    UPDATE_RUN,
     Statements,
     approvers_statement,
     list_plans_statement,
@@ -68,7 +64,6 @@ from handrail.store._tables import (
     audit_events,
     executions,
     raw_results,
-    runs,
 )
 
 __all__ = ["SqlStore", "execution_params", "execution_row"]
@@ -82,7 +77,7 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
     return connection.execution_options(handrail_immediate=True)
 
 
-class SqlStore(SqlConversations):
+class SqlStore(SqlConversations, SqlRuns):
     """A Store on any SQLAlchemy engine whose dialect the migrations support.
 
     Conversations are kept by `SqlConversations` (`handrail.store._sql_conversations`).
@@ -517,68 +512,6 @@ class SqlStore(SqlConversations):
         return self._read(
             "raw list",
             lambda c: [_raw(r) for r in c.execute(LIST_RAW, params).mappings()],
-            None,
-        )
-
-    # --- runs --------------------------------------------------------------------------------
-
-    def insert_run(self, record: RunRecord) -> bool:
-        """Insert unless the id exists: INSERT ... ON CONFLICT DO NOTHING."""
-        row = _run_row(record)
-        return self._write(
-            "run insert",
-            lambda c: c.execute(self._sql.insert_run, row).rowcount == 1,
-            None,
-            single=True,
-        )
-
-    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
-        """Compare-and-set on the version: one UPDATE ... WHERE run_id AND version."""
-        check_successor(record, expect_version=expect_version)
-        params = {
-            "k_run": record.run_id,
-            "k_version": expect_version,
-            "v_state": record.state.value,
-            "v_version": record.version,
-            "v_at": _utc(record.updated_at),
-            "v_data": record.data,
-        }
-        return self._write(
-            "run update",
-            lambda c: c.execute(UPDATE_RUN, params).rowcount == 1,
-            None,
-            single=True,
-        )
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run of an id."""
-
-        def read(c: sa.Connection) -> RunRecord | None:
-            row = c.execute(SELECT_RUN, {"k_run": run_id}).mappings().first()
-            return None if row is None else _run(row)
-
-        return self._read("run read", read, None)
-
-    def list_runs(
-        self,
-        *,
-        tenant_id: str | None = None,
-        state: RunState | None = None,
-        user_id: str | None = None,
-        limit: int = 50,
-    ) -> list[RunRecord]:
-        """Matching runs, most recently updated first."""
-        query = sa.select(runs).order_by(runs.c.updated_at.desc(), runs.c.run_id.desc())
-        if tenant_id is not None:
-            query = query.where(runs.c.tenant_id == tenant_id)
-        if state is not None:
-            query = query.where(runs.c.state == state.value)
-        if user_id is not None:
-            query = query.where(runs.c.user_id == user_id)
-        query = query.limit(max(0, limit))
-        return self._read(
-            "runs read",
-            lambda c: [_run(r) for r in c.execute(query).mappings()],
             None,
         )
 
