@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from secrets import token_hex
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +46,7 @@ from handrail.loop._replay import (
     replayed_calls,
 )
 from handrail.loop._session import PLANNED, Session, confirmed_text, pending_plans
+from handrail.loop._streaming import ask, observed, proposed, resumed, shown, streamed, suspending
 from handrail.loop.answers import (
     CheckedAnswer,
     EvidenceChecker,
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
     from handrail.calls import ToolCall
     from handrail.clock import Clock
     from handrail.gate import Gate
+    from handrail.loop.events import LoopEvent
+    from handrail.loop.hooks import StepHooks
     from handrail.store.base import Store
     from handrail.writes.service import Writes
 
@@ -166,6 +169,7 @@ class AgentLoop:
         new_run_id: Callable[[], str] | None = None,
         marker: DataMarker | None = None,
         exposure: ExposureRequest | None = None,
+        hooks: StepHooks | None = None,
     ) -> None:
         self._gate = gate
         self._model = model
@@ -178,6 +182,7 @@ class AgentLoop:
         self._new_run_id = new_run_id or (lambda: token_hex(16))
         self._marker = marker or DataMarker()
         self._exposure = exposure or ExposureRequest()
+        self._hooks = hooks
 
     # --- run ------------------------------------------------------------------------------------
 
@@ -229,13 +234,14 @@ class AgentLoop:
         exposure = self._gate.registry.exposure(s.principal, self._exposure)
         s.exposure = exposure
         ledger = s.ledger()
-        while True:
-            try:
-                outcome = await self._step(s, runner, exposure, ledger)
-            except BudgetExhausted as exc:
-                return await self._end_budget(s, exc.trip)
-            if outcome is not None:
-                return outcome
+        async with observed(s, self._hooks, self._end_error):
+            while True:
+                try:
+                    outcome = await self._step(s, runner, exposure, ledger)
+                except BudgetExhausted as exc:
+                    return await self._end_budget(s, exc.trip)
+                if outcome is not None:
+                    return outcome
 
     async def _step(
         self,
@@ -250,7 +256,7 @@ class AgentLoop:
             transcript=s.transcript, tools=exposure.included, system=self._system
         )
         try:
-            reply = await s.model.complete(request, timeout=s.tracker.remaining_seconds())
+            reply = await ask(s, request)
         except ModelError as exc:
             return await self._end_error(s, exc.code.value)
         except ScriptExhaustedError:
@@ -267,6 +273,7 @@ class AgentLoop:
         if not reply.calls:
             return await self._finish(s, reply)
         calls = ledger.admit(reply.calls)
+        await proposed(s, calls)
         # Fail closed: none of the turn's calls runs once one of them is refused.
         for call in calls:
             s.tracker.admit_call(call)
@@ -282,14 +289,17 @@ class AgentLoop:
         s.steps.append(StepLog(kind="model", calls=outcomes(envelopes)))
         if s.recorded is None:
             s.keys.extend(self._command_keys(s, calls, envelopes))
+        plans = pending_plans(calls, envelopes)
+        await shown(s, calls, envelopes)
         if trip is not None:
             raise trip
-        s.pending.extend(pending_plans(calls, envelopes))
+        s.pending.extend(plans)
         if not s.pending:
             await self._save(s, RunState.RUNNING)
             return None
         if s.recorded is None:
             await self._save(s, RunState.SUSPENDED)
+            await suspending(s)
             return self._outcome(s, RunStatus.SUSPENDED)
         return None if replay_resumes(s, self._marker) else self._outcome(s, RunStatus.SUSPENDED)
 
@@ -373,6 +383,12 @@ class AgentLoop:
             raise RunRefusedError(ErrorCode.CONFLICT, "The run was changed by another process.")
         s.record = record
 
+    def stream(
+        self, task: str, principal: Principal, *, run_id: str | None = None
+    ) -> AsyncGenerator[LoopEvent, None]:
+        """`run`'s events as they happen, the terminal one last (`handrail.loop.events`)."""
+        return streamed(lambda: self.run(task, principal, run_id=run_id))
+
     # --- resume ---------------------------------------------------------------------------------
 
     async def resume(
@@ -412,7 +428,7 @@ class AgentLoop:
             raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         tracker.start()
-        session = Session.of(
+        s = Session.of(
             data,
             run_id=run_id,
             principal=principal,
@@ -420,27 +436,36 @@ class AgentLoop:
             model=self._model,
             record=claimed,
         )
-        if tracker.remaining_seconds() <= 0:
+        async with observed(s, self._hooks, self._end_error):
+            if tracker.remaining_seconds() <= 0:
+                try:
+                    tracker.before_step()  # trips the deadline: nothing is confirmed or run
+                except BudgetExhausted as exc:
+                    return await self._end_budget(s, exc.trip)
             try:
-                tracker.before_step()  # trips the deadline: nothing is confirmed or run
-            except BudgetExhausted as exc:
-                return await self._end_budget(session, exc.trip)
-        try:
-            envelope, key = await self._execute(writes, pending, principal, token, tracker)
-        except WriteRefusedError:
-            released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
-            await self._io(self._store.update_run, released, expect_version=claimed.version)
-            raise
-        session.pending = [p for p in session.pending if p.plan_id != plan_id]
-        if key is not None:
-            session.keys.append(key)
-        session.transcript.append(UserTurn(text=confirmed_text(pending, envelope, self._marker)))
-        session.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
-        if session.pending:
-            await self._save(session, RunState.SUSPENDED)
-            return self._outcome(session, RunStatus.SUSPENDED)
-        await self._save(session, RunState.RUNNING)
-        return await self._drive(session, self._live)
+                envelope, key = await self._execute(writes, pending, principal, token, tracker)
+            except WriteRefusedError:
+                released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
+                await self._io(self._store.update_run, released, expect_version=claimed.version)
+                raise
+            s.pending = [p for p in s.pending if p.plan_id != plan_id]
+            if key is not None:
+                s.keys.append(key)
+            s.transcript.append(UserTurn(text=confirmed_text(pending, envelope, self._marker)))
+            s.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
+            await resumed(s, pending.call_id, envelope)
+            if s.pending:
+                await self._save(s, RunState.SUSPENDED)
+                await suspending(s)
+                return self._outcome(s, RunStatus.SUSPENDED)
+            await self._save(s, RunState.RUNNING)
+            return await self._drive(s, self._live)
+
+    def resume_stream(
+        self, run_id: str, principal: Principal, *, plan_id: str, token: str | None
+    ) -> AsyncGenerator[LoopEvent, None]:
+        """`resume`'s events as they happen, the terminal one last, as `stream`."""
+        return streamed(lambda: self.resume(run_id, principal, plan_id=plan_id, token=token))
 
     async def _execute(
         self,
