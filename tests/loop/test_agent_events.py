@@ -20,7 +20,7 @@ import pytest
 from _agent_worker import ALICE, TICKET_ARGS, World, answer, call, reply, world
 from pydantic import Field
 
-from handrail import ErrorCode, RiskLevel, ToolCall, tool
+from handrail import ErrorCode, RiskLevel, ToolCall, WriteRefusedError, tool
 from handrail.envelope import Status
 from handrail.loop._agent_record import RunData, RunStatus
 from handrail.loop.agent import AgentLoop, RunRefusedError, read_run
@@ -438,3 +438,22 @@ async def test_a_released_slow_read_streams_to_the_end(made: World) -> None:
     assert isinstance(last, RunFinished)
     assert last.text == "asset-1 is down."
     assert _stored(made, "r1")[0] is RunState.FINISHED
+
+
+async def test_a_refused_confirmation_raises_from_the_resume_stream_and_keeps_the_run_suspended(
+    made: World,
+) -> None:
+    model = ScriptedModelClient([reply(call("c1", "create_ticket", **TICKET_ARGS))])
+    outcome = await _loop(made, model).run(TASK, ALICE, run_id="r1")
+    (plan_id,) = outcome.plan_ids
+    stream = _loop(made, ScriptedModelClient([])).resume_stream(
+        "r1",
+        ALICE,
+        plan_id=plan_id,
+        token="not-a-token",  # noqa: S106 - a forged token
+    )
+    with pytest.raises(WriteRefusedError) as caught:
+        await _all(stream)
+    assert caught.value.code is ErrorCode.CONFIRMATION_INVALID
+    assert _stored(made, "r1")[0] is RunState.SUSPENDED
+    assert made.effects.lines() == []
