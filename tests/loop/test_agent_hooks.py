@@ -18,7 +18,7 @@ from handrail.calls import ToolCall
 from handrail.envelope import Envelope, Status
 from handrail.loop._agent_record import RunData, RunStatus
 from handrail.loop.agent import AgentLoop, read_run
-from handrail.loop.budgets import RunBudget
+from handrail.loop.budgets import BudgetReason, RunBudget
 from handrail.loop.events import CallEnvelope, LoopEvent, RunSuspended
 from handrail.loop.hooks import HOOK_FAILED, HookFailedError, NoHooks, StepHooks
 from handrail.loop.models import ModelClient, ModelRequest, ScriptedModelClient
@@ -273,3 +273,19 @@ async def test_a_raising_suspend_hook_leaves_the_stored_suspension_resumable(
         "r1", ALICE, plan_id=pending.plan_id, token=token.value
     )
     assert done.status is RunStatus.FINISHED
+
+
+async def test_a_hook_that_outlasts_the_deadline_stops_the_run_before_the_model_is_asked(
+    made: World,
+) -> None:
+    class Slow(NoHooks):
+        async def before_model(self, *, run_id: str, step: int, request: ModelRequest) -> None:
+            made.clock.advance(61.0)  # the hook's time counts against the 60 s deadline
+
+    model = ScriptedModelClient([reply(text="never asked")])
+    outcome = await _loop(made, model, Slow()).run(TASK, ALICE, run_id="r1")
+    assert outcome.status is RunStatus.BUDGET_EXHAUSTED
+    assert outcome.trip is not None
+    assert outcome.trip.reason is BudgetReason.DEADLINE
+    assert model.requests == ()
+    assert _stored(made, "r1")[0] is RunState.FAILED

@@ -120,6 +120,7 @@ async def ask(s: Observed, request: ModelRequest) -> ModelReply:
     """The model's reply to `request`; streamed as deltas when the run is streamed."""
     step, observer = s.tracker.steps, s.observer
     await observer.hook("before_model", observer.hooks.before_model, step=step, request=request)
+    s.tracker.check_deadline()  # the hook's time is the run's
     timeout = s.tracker.remaining_seconds()
     if observer.sink is None or not isinstance(s.model, StreamingModelClient):
         return await s.model.complete(request, timeout=timeout)
