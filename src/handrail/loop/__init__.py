@@ -2,8 +2,51 @@
 
 `agent_loop(...)` builds an `AgentLoop` with safe defaults (`DEFAULT_BUDGET`, an evidence
 checker over the store); `Handrail.agent(model)` is the same over an opened application.
+`AgentLoop.run` returns a `RunOutcome` whose `final` (`RunAnswer`) is the one shape of a
+final answer; `AgentLoop.stream` yields the typed events of `handrail.loop.events`; step
+hooks implement `StepHooks` (`handrail.loop.hooks`).
 """
 
+from handrail.loop.agent import AgentLoop, RunOutcome, RunRefusedError, RunStatus
+from handrail.loop.budgets import RunBudget
 from handrail.loop.defaults import DEFAULT_BUDGET, agent_loop
+from handrail.loop.events import (
+    TERMINAL_EVENTS,
+    BudgetStopped,
+    CallEnvelope,
+    CallProposed,
+    LoopEvent,
+    ModelTextDelta,
+    PlanAwaitingConfirmation,
+    RunFailed,
+    RunFinished,
+    RunSuspended,
+    TerminalEvent,
+)
+from handrail.loop.final import RunAnswer
+from handrail.loop.hooks import HookFailedError, NoHooks, StepHooks
 
-__all__ = ["DEFAULT_BUDGET", "agent_loop"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "TERMINAL_EVENTS",
+    "AgentLoop",
+    "BudgetStopped",
+    "CallEnvelope",
+    "CallProposed",
+    "HookFailedError",
+    "LoopEvent",
+    "ModelTextDelta",
+    "NoHooks",
+    "PlanAwaitingConfirmation",
+    "RunAnswer",
+    "RunBudget",
+    "RunFailed",
+    "RunFinished",
+    "RunOutcome",
+    "RunRefusedError",
+    "RunStatus",
+    "RunSuspended",
+    "StepHooks",
+    "TerminalEvent",
+    "agent_loop",
+]

@@ -72,7 +72,7 @@ class RunStatus(StrEnum):
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     """A budget tripped; the run ended fail-closed with the trip as its reason."""
     FAILED = "FAILED"
-    """The model could not be asked; `error` holds its code."""
+    """No answer: `error` is the model error's code, CANCELLED or HOOK_FAILED."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,7 +123,8 @@ class RunEnd:
     """How a run ended: its status and, by status, the answer, the trip or the error.
 
     `answer` is the checked structured answer as JSON; `text_ok` the verdict on a
-    free-text answer; `trip` a BudgetTrip's `to_dict()`; `error` a model error's code.
+    free-text answer; `trip` a BudgetTrip's `to_dict()`; `error` a model error's code,
+    or CANCELLED (the run was cancelled) or HOOK_FAILED (a step hook raised).
     """
 
     status: RunStatus

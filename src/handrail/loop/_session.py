@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
 from handrail.errors import AccessRefusedError, ErrorCode
 from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
+from handrail.loop._streaming import Observer
 from handrail.loop.budgets import BudgetTracker
 from handrail.loop.models import ModelClient, ModelReply
 from handrail.principal import Principal
@@ -76,6 +77,8 @@ class Session:
     """What the model of this drive is shown; set by the loop before the first step."""
     recorded: RunData | None = None
     """While replaying: the run being replayed."""
+    observer: Observer = field(default_factory=Observer)
+    """The hooks and stream of a live drive (`_streaming.observed`); quiet otherwise."""
 
     @classmethod
     def of(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from secrets import token_hex
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,6 +54,7 @@ from handrail.loop._session import (
     not_executed,
     pending_plans,
 )
+from handrail.loop._streaming import ask, observed, proposed, resumed, shown, streamed, suspending
 from handrail.loop.answers import CheckedAnswer, EvidenceChecker, TextCheck, tool_names_of
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
 from handrail.loop.final import RunAnswer, checked_json, parse_final_answer
@@ -73,6 +74,8 @@ if TYPE_CHECKING:
     from handrail.calls import ToolCall
     from handrail.clock import Clock
     from handrail.gate import Gate
+    from handrail.loop.events import LoopEvent
+    from handrail.loop.hooks import StepHooks
     from handrail.store.base import Store
     from handrail.writes.service import Writes
 
@@ -167,6 +170,7 @@ class AgentLoop:
         new_run_id: Callable[[], str] | None = None,
         marker: DataMarker | None = None,
         exposure: ExposureRequest | None = None,
+        hooks: StepHooks | None = None,
     ) -> None:
         self._gate = gate
         self._model = model
@@ -180,6 +184,7 @@ class AgentLoop:
         self._marker = marker or DataMarker()
         self._exposure = exposure or ExposureRequest()
         self._conversations = Conversations(store, clock)
+        self._hooks = hooks
 
     # --- run ------------------------------------------------------------------------------------
 
@@ -248,13 +253,14 @@ class AgentLoop:
         exposure = self._gate.registry.exposure(s.principal, self._exposure)
         s.exposure = exposure
         ledger = s.ledger()
-        while True:
-            try:
-                outcome = await self._step(s, runner, exposure, ledger)
-            except BudgetExhausted as exc:
-                return await self._end_budget(s, exc.trip)
-            if outcome is not None:
-                return outcome
+        async with observed(s, self._hooks, self._end_error):
+            while True:
+                try:
+                    outcome = await self._step(s, runner, exposure, ledger)
+                except BudgetExhausted as exc:
+                    return await self._end_budget(s, exc.trip)
+                if outcome is not None:
+                    return outcome
 
     async def _step(
         self,
@@ -269,7 +275,7 @@ class AgentLoop:
             transcript=s.transcript, tools=exposure.included, system=self._system
         )
         try:
-            reply = await s.model.complete(request, timeout=s.tracker.remaining_seconds())
+            reply = await ask(s, request)
         except ModelError as exc:
             return await self._end_error(s, exc.code.value)
         except ScriptExhaustedError:
@@ -286,6 +292,7 @@ class AgentLoop:
         if not reply.calls:
             return await self._finish(s, reply)
         calls = ledger.admit(reply.calls)
+        await proposed(s, calls)
         # Fail closed: none of the turn's calls runs once one of them is refused.
         for call in calls:
             s.tracker.admit_call(call)
@@ -301,14 +308,17 @@ class AgentLoop:
         s.steps.append(StepLog(kind="model", calls=outcomes(envelopes)))
         if s.recorded is None:
             s.keys.extend(self._command_keys(s, calls, envelopes))
+        plans = pending_plans(calls, envelopes)
+        await shown(s, calls, envelopes)
         if trip is not None:
             raise trip
-        s.pending.extend(pending_plans(calls, envelopes))
+        s.pending.extend(plans)
         if not s.pending:
             await self._save(s, RunState.RUNNING)
             return None
         if s.recorded is None:
             await self._save(s, RunState.SUSPENDED)
+            await suspending(s)
             return self._outcome(s, RunStatus.SUSPENDED)
         return None if replay_resumes(s, self._marker) else self._outcome(s, RunStatus.SUSPENDED)
 
@@ -402,6 +412,22 @@ class AgentLoop:
         if not synced:
             raise RunRefusedError(ErrorCode.CONFLICT, "The run's conversation moved on without it.")
 
+    def stream(
+        self,
+        task: str,
+        principal: Principal,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Turn] = (),
+        conversation_id: str | None = None,
+    ) -> AsyncGenerator[LoopEvent, None]:
+        """`run`'s events as they happen, the terminal one last (`handrail.loop.events`)."""
+        return streamed(
+            lambda: self.run(
+                task, principal, run_id=run_id, history=history, conversation_id=conversation_id
+            )
+        )
+
     # --- resume ---------------------------------------------------------------------------------
 
     async def resume(
@@ -442,7 +468,7 @@ class AgentLoop:
         history = await self._conversations.history_of(data)
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         tracker.start()
-        session = Session.of(
+        s = Session.of(
             data,
             run_id=run_id,
             principal=principal,
@@ -451,27 +477,36 @@ class AgentLoop:
             record=claimed,
             history=history,
         )
-        if tracker.remaining_seconds() <= 0:
+        async with observed(s, self._hooks, self._end_error):
+            if tracker.remaining_seconds() <= 0:
+                try:
+                    tracker.before_step()  # trips the deadline: nothing is confirmed or run
+                except BudgetExhausted as exc:
+                    return await self._end_budget(s, exc.trip)
             try:
-                tracker.before_step()  # trips the deadline: nothing is confirmed or run
-            except BudgetExhausted as exc:
-                return await self._end_budget(session, exc.trip)
-        try:
-            envelope, key = await self._execute(writes, pending, principal, token, tracker)
-        except WriteRefusedError:
-            released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
-            await self._io(self._store.update_run, released, expect_version=claimed.version)
-            raise
-        session.pending = [p for p in session.pending if p.plan_id != plan_id]
-        if key is not None:
-            session.keys.append(key)
-        session.transcript.append(UserTurn(text=confirmed_text(pending, envelope, self._marker)))
-        session.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
-        if session.pending:
-            await self._save(session, RunState.SUSPENDED)
-            return self._outcome(session, RunStatus.SUSPENDED)
-        await self._save(session, RunState.RUNNING)
-        return await self._drive(session, self._live)
+                envelope, key = await self._execute(writes, pending, principal, token, tracker)
+            except WriteRefusedError:
+                released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
+                await self._io(self._store.update_run, released, expect_version=claimed.version)
+                raise
+            s.pending = [p for p in s.pending if p.plan_id != plan_id]
+            if key is not None:
+                s.keys.append(key)
+            s.transcript.append(UserTurn(text=confirmed_text(pending, envelope, self._marker)))
+            s.steps.append(StepLog(kind="resume", plan_id=plan_id, calls=outcomes([envelope])))
+            await resumed(s, pending.call_id, envelope)
+            if s.pending:
+                await self._save(s, RunState.SUSPENDED)
+                await suspending(s)
+                return self._outcome(s, RunStatus.SUSPENDED)
+            await self._save(s, RunState.RUNNING)
+            return await self._drive(s, self._live)
+
+    def resume_stream(
+        self, run_id: str, principal: Principal, *, plan_id: str, token: str | None
+    ) -> AsyncGenerator[LoopEvent, None]:
+        """`resume`'s events as they happen, the terminal one last, as `stream`."""
+        return streamed(lambda: self.resume(run_id, principal, plan_id=plan_id, token=token))
 
     async def _execute(
         self,

@@ -291,6 +291,11 @@ class BudgetTracker:
             return 0.0
         return max(0.0, self._budget.deadline_seconds - self.elapsed_seconds())
 
+    def check_deadline(self) -> None:
+        """Raise BudgetExhausted if the deadline has passed (say, while a hook ran)."""
+        self._raise_if_tripped()
+        self._check_deadline()
+
     def before_step(self) -> None:
         """Admit one more model turn, or raise: steps, deadline, tokens or cost spent."""
         self._raise_if_tripped()
