@@ -20,7 +20,6 @@ from handrail.declare.definition import Tool
 from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
 from handrail.gate import Gate
-from handrail.loop.defaults import agent_loop
 from handrail.record.audit import Auditor, AuditSink
 from handrail.record.batching import BatchingAuditSink
 from handrail.record.raw_results import RawResults
@@ -280,6 +279,9 @@ class Handrail:
         plan resume in any process that opens the same store with the same keyring.
         Other keywords (`system`, `exposure`, `checker`, ...) go to `AgentLoop`.
         """
+        # The loop (and the provider adapters it renders with) loads only when asked for.
+        from handrail.loop.defaults import agent_loop  # noqa: PLC0415
+
         return agent_loop(
             gate=self._gate,
             model=model,
