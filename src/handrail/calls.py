@@ -6,7 +6,7 @@ Adapters build ToolCalls from wire formats; the gate never guesses an id from or
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from handrail.text import is_unicode
 
@@ -29,13 +29,16 @@ class ToolCall:
     An id or name with a lone surrogate (legal in JSON text, not encodable as UTF-8)
     makes the call defective here, whoever built it; both are kept exactly as sent, so
     the envelope still answers this id.
+
+    `raw` is the provider's own object, for debugging only; like `ModelReply.raw`, it
+    takes no part in equality (a streamed call equals the same call read whole).
     """
 
     id: str
     name: str
     arguments: str | bytes | Mapping[str, object] | None
     provider: str = "unknown"
-    raw: object = None
+    raw: object = field(default=None, compare=False, repr=False)
     defect: str | None = None
 
     def __post_init__(self) -> None:
