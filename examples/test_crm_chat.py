@@ -35,7 +35,6 @@ APP = "examples.crm_chat.app:build_registry"
 HANDRAIL_CLI = "import sys; from handrail.cli import main; sys.exit(main())"
 SUBPROCESS_BOUND = 120.0
 """How long one process may take before the test gives up on it, in seconds."""
-NEW = "ada@new.example"
 TOKEN = re.compile(r"hrc1\.")
 """How every confirmation token starts (`handrail.writes.confirmation`)."""
 
@@ -145,6 +144,13 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walk]:
         walked.out["globex"] = _chat(
             env, "--store", str(store), "--conversation", "chat-gus", *globex, "Ada's email?"
         )
+        # ... and cannot continue Ada's conversation, or resume its run.
+        for key, argv in (
+            ("foreign_chat", ["hello"]),
+            ("foreign_resume", ["--resume", walked.plan_id]),
+        ):
+            refused = _run(["-m", CHAT, *chat, *globex, *argv], env, status=2)
+            walked.out[key] = refused.stdout + refused.stderr
         tail = ["audit", "tail", "--store", str(store), "--tenant", "acme", "-n", "500"]
         walked.out["audit"] = _run(["-c", HANDRAIL_CLI, *tail], env).stdout
         yield walked
@@ -277,8 +283,13 @@ def test_another_tenant_never_sees_ada(walk: Walk) -> None:
     assert not any("Ada" in text or "ada@" in text for text in results)
 
 
+def test_another_tenant_cannot_continue_or_resume_the_conversation(walk: Walk) -> None:
+    assert walk.out["foreign_chat"] == "error: NOT_FOUND: There is no such conversation.\n"
+    assert walk.out["foreign_resume"] == "error: no conversation 'chat-ada'\n"
+
+
 def test_no_confirmation_token_reaches_the_model_or_the_terminal(walk: Walk) -> None:
     bodies = [json.dumps(body) for body in walk.server.requests]
-    assert len(bodies) == 8
+    assert len(bodies) == 8  # the refused processes never asked the model
     for text in [*bodies, *walk.out.values()]:
         assert not TOKEN.search(text)

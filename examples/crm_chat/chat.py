@@ -3,11 +3,11 @@
     export OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=...  # any compatible server
     export HANDRAIL_CONFIRMATION_KEYS=$(python -c \
         "from handrail import Keyring; print(Keyring.new_key_text('k1'))")
-    python -m examples.crm_chat.chat --store crm.db --conversation chat-1 "What is Ada's email?"
-    python -m examples.crm_chat.chat --store crm.db --conversation chat-1 "Change it to ..."
+    python -m examples.crm_chat.chat --store chat.db --conversation chat-1 "What is Ada's email?"
+    python -m examples.crm_chat.chat --store chat.db --conversation chat-1 "Change it to ..."
     handrail plans confirm PLAN_ID --app examples.crm_chat.app:build_registry \
-        --store crm.db --tenant acme --user sam
-    python -m examples.crm_chat.chat --store crm.db --conversation chat-1 --resume PLAN_ID
+        --store chat.db --tenant acme --user sam
+    python -m examples.crm_chat.chat --store chat.db --conversation chat-1 --resume PLAN_ID
 
 Each run opens Handrail on the store, builds an agent over the official `openai` SDK
 (`--api responses`, the Responses API, or `--api chat`, Chat Completions) and streams
