@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from examples.crm_chat.crm import DEFAULT_DATABASE, Crm
+from examples.crm_chat.crm import DEFAULT_DATABASE, Crm, StaleVersionError
 from handrail import (
     ConfirmationMode,
     ConfirmationPolicy,
@@ -42,6 +42,7 @@ from handrail import (
     SideEffect,
     Tool,
     ToolContext,
+    VersionConflict,
     tool,
 )
 
@@ -153,7 +154,18 @@ def build_tools(crm: Crm) -> tuple[Tool, ...]:
         if ctx.idempotency_key is None:
             msg = "update_email runs only from a plan, under its idempotency key"
             raise RuntimeError(msg)
-        return crm.change_email(ctx.idempotency_key, ctx.principal.tenant_id, customer_id, email)
+        try:
+            return crm.change_email(
+                ctx.idempotency_key,
+                ctx.principal.tenant_id,
+                customer_id,
+                email,
+                expected_version=ctx.expected_version,  # compared where the CRM writes
+            )
+        except StaleVersionError:
+            raise VersionConflict(
+                "The customer changed since the plan; nothing was written."
+            ) from None
 
     return (find_customer, get_customer, list_orders, update_email)
 

@@ -15,7 +15,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_DATABASE", "SAMPLE_CUSTOMERS", "SAMPLE_ORDERS", "Crm"]
+__all__ = ["DEFAULT_DATABASE", "SAMPLE_CUSTOMERS", "SAMPLE_ORDERS", "Crm", "StaleVersionError"]
 
 DEFAULT_DATABASE = Path(".handrail") / "crm_chat.db"
 
@@ -50,6 +50,10 @@ _SCHEMA = (
         "email TEXT NOT NULL)"
     ),
 )
+
+
+class StaleVersionError(Exception):
+    """The customer changed since the version the writer expected: nothing was written."""
 
 
 class Crm:
@@ -109,8 +113,14 @@ class Crm:
 
     # --- the write, idempotent by key -------------------------------------------------------
 
-    def change_email(self, key: str, tenant: str, customer_id: str, email: str) -> dict[str, str]:
-        """Change a customer's address once per key; a repeat returns the first change."""
+    def change_email(
+        self, key: str, tenant: str, customer_id: str, email: str, *, expected_version: str | None
+    ) -> dict[str, str]:
+        """Change a customer's address once per key; a repeat returns the first change.
+
+        With `expected_version`, the change is made only if the customer is still at that
+        version, checked in the statement that writes (StaleVersionError otherwise).
+        """
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # one writer at a time: the key check and the change
             done = db.execute(
@@ -120,13 +130,12 @@ class Crm:
             if done is not None:
                 return dict(done)
             updated = db.execute(
-                "UPDATE customers SET email = ?, version = version + 1 "
-                "WHERE tenant = ? AND customer_id = ?",
-                (email, tenant, customer_id),
+                "UPDATE customers SET email = ?, version = version + 1 WHERE tenant = ? "
+                "AND customer_id = ? AND (? IS NULL OR CAST(version AS TEXT) = ?)",
+                (email, tenant, customer_id, expected_version, expected_version),
             )
             if updated.rowcount != 1:
-                msg = f"no customer {customer_id!r}"
-                raise LookupError(msg)
+                raise StaleVersionError(customer_id)
             (count,) = db.execute("SELECT count(*) FROM changes").fetchone()
             change = {"change_id": f"chg-{count + 1}", "customer_id": customer_id, "email": email}
             db.execute(
