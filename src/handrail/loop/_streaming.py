@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from handrail.errors import AccessRefusedError, ErrorCode
 from handrail.loop._agent_record import RunStatus
+from handrail.loop._visible import VisibleText
 from handrail.loop.events import (
     BudgetStopped,
     CallEnvelope,
@@ -126,17 +127,24 @@ async def ask(s: Observed, request: ModelRequest) -> ModelReply:
     if observer.sink is None or not isinstance(s.model, StreamingModelClient):
         return await s.model.complete(request, timeout=timeout)
     items = s.model.stream(request, timeout=timeout)
+    visible = VisibleText()  # a structured final answer shows only its message
     try:
         async for item in items:
             if isinstance(item, ModelReply):
+                await _show(s, step, visible.finish(item.text or ""))
                 return item
-            await observer.emit(ModelTextDelta(run_id=s.run_id, step=step, text=item.text))
+            await _show(s, step, visible.feed(item.text))
     finally:
         close = getattr(items, "aclose", None)
         if close is not None:
             await close()
     msg = "the model's stream ended without a reply"
     raise ModelError(msg, provider=s.model.name, code=ErrorCode.FAILED_FINAL)
+
+
+async def _show(s: Observed, step: int, text: str) -> None:
+    if text:
+        await s.observer.emit(ModelTextDelta(run_id=s.run_id, step=step, text=text))
 
 
 async def proposed(s: Observed, calls: Sequence[ToolCall]) -> None:
