@@ -521,6 +521,7 @@ class AgentLoop:
             model=self._model,
             record=claimed,
         )
+        s.transcript = [*await self._conversations.own_turns(data, run_id)]
         s.pending = []
         s.transcript.append(UserTurn(text=cancelled_text(data.pending, reason)))
         code = ErrorCode.CANCELLED.value
