@@ -52,7 +52,7 @@ from handrail.store.base import Store
 from handrail.writes.confirmation import Keyring
 from handrail.writes.service import Writes
 
-__all__ = ["runs_app", "shown_lines"]
+__all__ = ["print_turns", "runs_app", "shown_lines"]
 
 runs_app = typer.Typer(
     cls=HelpGroup,
@@ -182,7 +182,7 @@ def show_run(
     _print_pending(console, data)
     _print_budget(console, data)
     if transcript:
-        _print_transcript(console, data.transcript)
+        print_turns(console, data.transcript)
 
 
 @runs_app.command("cancel", cls=HelpCommand)
@@ -201,10 +201,11 @@ def cancel_run(
     """Cancel a run as its user: a suspended one, or a running one whose process stopped.
 
     The plans the run waits for are rejected (never executed), the run is stored FAILED
-    with CANCELLED, and its conversation, told in Handrail's words that the user declined
-    them, is free for the next run. A running run is cancelled only once its deadline
-    and a grace margin have passed. A plan that already executed refuses the cancel:
-    the application resumes the run with it instead. --app supplies the plans' tools.
+    with CANCELLED, and its conversation, told that the user declined them, is free.
+
+    A running run is cancelled only once its deadline and a grace margin have passed.
+    A plan that already executed refuses the cancel: resume the run with it instead.
+    --app supplies the plans' tools.
     """
     if not reason.strip():
         raise CliError("--reason must not be empty")
@@ -351,7 +352,8 @@ def _arguments(call: ToolCall) -> str:
     return shown(json.dumps(dict(arguments), ensure_ascii=False, default=str))
 
 
-def _print_transcript(console: Console, turns: tuple[Turn, ...]) -> None:
+def print_turns(console: Console, turns: tuple[Turn, ...]) -> None:
+    """Each turn, every text in it escaped for the terminal and printed as plain text."""
     console.print(Text(f"transcript, {len(turns)} turn(s)"))
     for turn in turns:
         if isinstance(turn, UserTurn):
