@@ -1,7 +1,8 @@
-"""`handrail runs list|show`: a tenant's stored agent runs, read from SQLite or PostgreSQL."""
+"""`handrail runs list|show|cancel`: a tenant's stored agent runs in SQLite or PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from _cli_plans import RECOVERY_APP, propose_ticket, stored_plan
 from handrail import cli
 from handrail.adapters.transcript import AssistantTurn, ToolResult, ToolResultsTurn, UserTurn
 from handrail.calls import ToolCall
@@ -20,9 +22,12 @@ from handrail.loop._agent_record import (
     RunStatus,
     StepLog,
 )
-from handrail.loop.budgets import RunBudget
+from handrail.loop.agent import read_run
+from handrail.loop.budgets import BudgetTracker, RunBudget
+from handrail.plans import PlanState
 from handrail.runs import RunRecord, RunState
 from handrail.store import open_store
+from handrail.testing import FixedClock
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -248,3 +253,100 @@ def test_runs_commands_without_a_store_exit_2_and_create_nothing(
     assert code == 2
     assert err.startswith("error: no store at")
     assert not missing.exists()
+
+
+# --- runs cancel ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def service_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "tickets.db"
+    monkeypatch.setenv("RECOVERY_SERVICE_DB", str(path))
+    monkeypatch.delenv("HANDRAIL_APP", raising=False)
+    return path
+
+
+def _waiting_for(url: str, plan_id: str, *, state: RunState = RunState.SUSPENDED) -> None:
+    """Run `r-wait` of nurse u-1001, stored waiting for the plan `plan_id`."""
+    shown = _document(ended=False)
+    document = dataclasses.replace(
+        shown,
+        budget=BudgetTracker(shown.limits, FixedClock()).snapshot(),
+        pending=(PendingPlan(plan_id=plan_id, call_id="call_1", tool=TICKET),),
+    )
+    now = datetime.now(UTC)
+    _insert(url, "r-wait", user="u-1001", state=state, at=now, data=document.to_json())
+
+
+def _cancel(runner: CliRunner, url: str, *more: str) -> tuple[int, str, str]:
+    return _runs(
+        runner,
+        "cancel",
+        "r-wait",
+        "--app",
+        RECOVERY_APP,
+        "--store",
+        url,
+        "--tenant",
+        "hospital-a",
+        *more,
+    )
+
+
+def test_runs_cancel_rejects_the_plans_and_ends_the_run_as_its_user(
+    runner: CliRunner, store_url: str, service_db: Path
+) -> None:
+    plan_id = propose_ticket(store_url, service_db)
+    _waiting_for(store_url, plan_id)
+    code, out, err = _cancel(runner, store_url, "--user", "u-1001", "--reason", "Not needed.")
+    assert code == 0, err
+    assert "CANCELLED run r-wait" in out
+    assert plan_id in out
+    assert stored_plan(store_url, plan_id).state is PlanState.REJECTED
+    store = open_store(store_url, migrate=False)
+    try:
+        record = store.get_run("r-wait")
+    finally:
+        store.close()
+    assert record is not None
+    assert record.state is RunState.FAILED
+    data = read_run(record)
+    assert data.end is not None
+    assert data.end.error == "CANCELLED"
+    last = data.transcript[-1]
+    assert isinstance(last, UserTurn)
+    assert f"declined plan {plan_id}" in last.text
+    assert "Not needed." in last.text
+
+
+def test_runs_cancel_of_another_users_or_tenants_run_is_not_found_like_a_missing_one(
+    runner: CliRunner, store_url: str, service_db: Path
+) -> None:
+    plan_id = propose_ticket(store_url, service_db)
+    _waiting_for(store_url, plan_id)
+    other_user = _cancel(runner, store_url, "--user", "u-2", "--reason", "x")
+    other_tenant = _runs(
+        runner, "cancel", "r-wait", "--app", RECOVERY_APP, "--store", store_url,
+        "--tenant", "hospital-b", "--user", "u-1001", "--reason", "x",
+    )  # fmt: skip
+    missing = _runs(
+        runner, "cancel", "r-none", "--app", RECOVERY_APP, "--store", store_url,
+        "--tenant", "hospital-a", "--user", "u-1001", "--reason", "x",
+    )  # fmt: skip
+    for code, _out, err in (other_user, other_tenant, missing):
+        assert code == 2
+        assert err.startswith("error: no run ")
+    assert stored_plan(store_url, plan_id).state is PlanState.PROPOSED
+
+
+def test_runs_cancel_refuses_a_running_run_and_a_blank_reason(
+    runner: CliRunner, store_url: str, service_db: Path
+) -> None:
+    plan_id = propose_ticket(store_url, service_db)
+    # Stored RUNNING just now, under a 120 s deadline: it may still be running.
+    _waiting_for(store_url, plan_id, state=RunState.RUNNING)
+    running = _cancel(runner, store_url, "--user", "u-1001", "--reason", "Stuck?")
+    blank = _cancel(runner, store_url, "--user", "u-1001", "--reason", "  ")
+    assert (running[0], blank[0]) == (2, 2)
+    assert "CONFLICT" in running[2]
+    assert stored_plan(store_url, plan_id).state is PlanState.PROPOSED

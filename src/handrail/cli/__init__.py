@@ -5,8 +5,9 @@ builds the operator's view principal and prints. Tool lists and exports show onl
 `Registry.exposed` gives that principal. It never runs a tool, except in `demo` and in
 `reconcile`, which retries a write only when its tool's downstream system proves it
 was never executed. `raw` shows people the full raw results kept behind envelope refs;
-`runs` and `plans` a tenant's agent runs and plans, and `plans confirm|reject` decide
-one as a named person (never executing it).
+`runs`, `conversations` and `plans` a tenant's agent runs, chats and plans; `plans
+confirm|reject` decide one as a named person (never executing it), and `runs cancel`
+ends a run as its user, rejecting its plans.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 
 from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry, operator_principal
+from handrail.cli._conversations import conversations_app
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
 from handrail.cli._plans import plans_app
@@ -31,8 +33,8 @@ app = typer.Typer(
     name="handrail",
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
-        "audit, runs and plans, confirm or reject plans, reconcile unknown writes, read raw "
-        "results."
+        "audit, runs, conversations and plans, confirm or reject plans, cancel runs, "
+        "reconcile unknown writes, read raw results."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -43,6 +45,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(executions_app, name="executions")
 app.add_typer(raw_app, name="raw")
 app.add_typer(runs_app, name="runs")
+app.add_typer(conversations_app, name="conversations")
 app.add_typer(plans_app, name="plans")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)

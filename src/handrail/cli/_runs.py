@@ -2,14 +2,18 @@
 
 `list` shows a tenant's runs, most recently updated first; `show` one run: its state,
 steps, the plans it waits for, how it ended and its budget, and with `--transcript`
-the conversation. Reads only; the store is opened without migrating. Everything a
+the conversation. `cancel` ends a suspended run (or one whose process stopped) as the
+person named by `--user`, through `AgentLoop.cancel`, its plans rejected; the others
+only read. The store is opened without migrating. Everything a
 model or a user wrote is shown with its control characters escaped, never sent to the
 terminal. A run of another tenant is "not found", exactly like a missing one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -21,25 +25,38 @@ from rich.text import Text
 from handrail.adapters.transcript import AssistantTurn, Turn, UserTurn
 from handrail.calls import ToolCall
 from handrail.cli._common import (
+    AppOption,
     CliError,
     HelpCommand,
     HelpGroup,
     StoreOption,
     console_for_output,
     folding_table,
+    load_registry,
     one_line_errors,
 )
 from handrail.cli._raw import shown
 from handrail.cli._reconcile import open_existing_store
-from handrail.errors import ConfigurationError
-from handrail.loop.agent import RunData, read_run
+from handrail.clock import SystemClock
+from handrail.declare.registry import Registry
+from handrail.errors import ConfigurationError, ErrorCode
+from handrail.gate import Gate
+from handrail.loop.agent import AgentLoop, RunData, RunOutcome, RunRefusedError, read_run
+from handrail.loop.answers import EvidenceChecker
+from handrail.loop.models import ScriptedModelClient
+from handrail.principal import Principal
+from handrail.record.batching import BatchingAuditSink
 from handrail.runs import RunRecord, RunState
+from handrail.signing import SigningKey
+from handrail.store.base import Store
+from handrail.writes.confirmation import Keyring
+from handrail.writes.service import Writes
 
-__all__ = ["runs_app", "shown_lines"]
+__all__ = ["print_turns", "runs_app", "shown_lines"]
 
 runs_app = typer.Typer(
     cls=HelpGroup,
-    help="Stored agent runs of a tenant: list them, show one.",
+    help="Stored agent runs of a tenant: list them, show one, cancel one as its person.",
     no_args_is_help=True,
 )
 
@@ -165,7 +182,86 @@ def show_run(
     _print_pending(console, data)
     _print_budget(console, data)
     if transcript:
-        _print_transcript(console, data.transcript)
+        print_turns(console, data.transcript)
+
+
+@runs_app.command("cancel", cls=HelpCommand)
+@one_line_errors
+def cancel_run(
+    run_id: Annotated[str, typer.Argument(help="The id of the run.")],
+    *,
+    app_target: AppOption,
+    store: StoreOption,
+    tenant: TenantRequired,
+    user: Annotated[str, typer.Option("--user", help="The run's user, who cancels it.")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (audited, and shown to the chat's next model).")
+    ],
+) -> None:
+    """Cancel a run as its user: a suspended one, or a running one whose process stopped.
+
+    The plans the run waits for are rejected (never executed), the run is stored FAILED
+    with CANCELLED, and its conversation, told that the user declined them, is free.
+
+    A running run is cancelled only once its deadline and a grace margin have passed.
+    A plan that already executed refuses the cancel: resume the run with it instead.
+    --app supplies the plans' tools.
+    """
+    if not reason.strip():
+        raise CliError("--reason must not be empty")
+    if not tenant or not user:
+        raise CliError("--tenant and --user must not be empty")
+    registry = load_registry(app_target)
+    opened = open_existing_store(store)
+    audit = BatchingAuditSink(opened)
+    try:
+        outcome = asyncio.run(
+            _cancel(opened, audit, registry, run_id, tenant=tenant, user=user, reason=reason)
+        )
+    finally:
+        audit.close()
+        opened.close()
+    declined = ", ".join(outcome.plan_ids) or "none"
+    console_for_output().print(
+        Text(f"CANCELLED run {outcome.run_id}; declined plans: {declined}"),
+    )
+
+
+async def _cancel(
+    opened: Store,
+    audit: BatchingAuditSink,
+    registry: Registry,
+    run_id: str,
+    *,
+    tenant: str,
+    user: str,
+    reason: str,
+) -> RunOutcome:
+    """`AgentLoop.cancel` as the run's user, under the run's own recorded budget."""
+    missing = CliError(f"no run {run_id!r} of user {user!r} in tenant {tenant!r}")
+    record = await asyncio.to_thread(opened.get_run, run_id)
+    if record is None or (record.tenant_id, record.user_id) != (tenant, user):
+        raise missing
+    clock = SystemClock()
+    # The token key is never used: a cancel rejects plans and confirms none.
+    keyring = Keyring(SigningKey(f"cli-{secrets.token_hex(4)}", secrets.token_bytes(32)))
+    writes = Writes(registry, opened, keyring, audit=audit, clock=clock)
+    loop = AgentLoop(
+        gate=Gate(registry, writes=writes, clock=clock),
+        model=ScriptedModelClient([], record_requests=False),  # never asked: nothing runs
+        store=opened,
+        budget=read_run(record).limits,
+        clock=clock,
+        checker=EvidenceChecker(opened),
+        writes=writes,
+    )
+    principal = Principal(user_id=user, tenant_id=tenant, permissions=frozenset())
+    try:
+        return await loop.cancel(run_id, principal, reason=reason)
+    except RunRefusedError as exc:
+        if exc.code is ErrorCode.NOT_FOUND:
+            raise missing from None
+        raise
 
 
 def _print_end(console: Console, data: RunData) -> None:
@@ -256,7 +352,8 @@ def _arguments(call: ToolCall) -> str:
     return shown(json.dumps(dict(arguments), ensure_ascii=False, default=str))
 
 
-def _print_transcript(console: Console, turns: tuple[Turn, ...]) -> None:
+def print_turns(console: Console, turns: tuple[Turn, ...]) -> None:
+    """Each turn, every text in it escaped for the terminal and printed as plain text."""
     console.print(Text(f"transcript, {len(turns)} turn(s)"))
     for turn in turns:
         if isinstance(turn, UserTurn):

@@ -72,7 +72,7 @@ class RunStatus(StrEnum):
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     """A budget tripped; the run ended fail-closed with the trip as its reason."""
     FAILED = "FAILED"
-    """No answer: `error` is the model error's code, CANCELLED or HOOK_FAILED."""
+    """No answer: `error` is the model error's code, CANCELLED, HOOK_FAILED or INTERNAL."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,7 +124,8 @@ class RunEnd:
 
     `answer` is the checked structured answer as JSON; `text_ok` the verdict on a
     free-text answer; `trip` a BudgetTrip's `to_dict()`; `error` a model error's code,
-    or CANCELLED (the run was cancelled) or HOOK_FAILED (a step hook raised).
+    or CANCELLED (the run was cancelled), HOOK_FAILED (a step hook raised) or INTERNAL
+    (an unexpected exception stopped it).
     """
 
     status: RunStatus

@@ -3,8 +3,8 @@
 `check_history` refuses a transcript that some adapter could not send. `Conversations`
 opens a stored conversation for a new run (creating it for the run's principal,
 refusing another principal's exactly like a missing one, and one whose last run is
-still running or suspended), reads a stored run's history back, and appends a run's
-new turns when it stops. It never asks a model, runs a call or moves a run.
+still running or suspended), reads a stored run's history (and own turns) back, and
+appends a run's new turns when it stops. It never asks a model, runs a call or moves a run.
 """
 
 from __future__ import annotations
@@ -149,6 +149,23 @@ class Conversations:
             msg = f"the run's conversation holds {len(turns)} turns, not {ref.start}"
             raise ConfigurationError(msg)
         return turns
+
+    async def own_turns(self, data: RunData, run_id: str) -> tuple[Turn, ...]:
+        """The run's own turns: its document's, or its conversation's when they go further.
+
+        A run whose end could not be stored (the store failed after its conversation
+        took its turns) has fewer turns in its document than its conversation holds.
+        """
+        ref = data.conversation
+        if ref is None:
+            return data.transcript
+        record = await self._io(self._store.get_conversation, ref.conversation_id)
+        if record is None or record.run_id != run_id:
+            return data.transcript
+        texts = await self._io(self._store.get_turns, ref.conversation_id, start=ref.start)
+        held = tuple(load_turn(text) for text in texts)
+        own = data.transcript
+        return held if len(held) > len(own) and held[: len(own)] == own else own
 
     async def sync(self, s: Session) -> bool:
         """Append the run's turns its conversation lacks; False if the run no longer holds it.

@@ -2,9 +2,10 @@
 
 `Session` holds a run's transcript (its history, then its own turns), replies, step
 log, pending plans and execution keys between two stored versions; `pending_plans`
-reads the plans a turn proposed, and `confirmed_text` and `not_executed` word a
-person's confirmation and its outcome for the model. It never asks a model, runs a
-call or stores anything.
+reads the plans a turn proposed, `command_keys` the keys of the writes a turn ran,
+`execute_pending` runs a plan a person confirmed, and `confirmed_text` and
+`not_executed` word that confirmation and its outcome for the model. It never asks a
+model or stores anything.
 """
 
 from __future__ import annotations
@@ -15,25 +16,32 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
-from handrail.errors import AccessRefusedError, ErrorCode
+from handrail.errors import AccessRefusedError, ErrorCode, WriteRefusedError
+from handrail.execution import command_key
 from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
 from handrail.loop._streaming import Observer
 from handrail.loop.budgets import BudgetTracker
 from handrail.loop.models import ModelClient, ModelReply
 from handrail.principal import Principal
 from handrail.runs import RunRecord
+from handrail.spec import IdempotencyMode
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
     from handrail.declare.exposure import Exposure
+    from handrail.declare.registry import Registry
     from handrail.envelope import Envelope
     from handrail.shaping.marking import DataMarker
+    from handrail.writes.service import Writes
 
 __all__ = [
     "PLANNED",
     "RunRefusedError",
     "Session",
+    "command_id",
+    "command_keys",
     "confirmed_text",
+    "execute_pending",
     "not_executed",
     "pending_plans",
 ]
@@ -170,3 +178,60 @@ def not_executed(envelope: Envelope) -> Envelope:
     return dataclasses.replace(
         envelope, summary=f"The confirmed plan was not executed: {envelope.summary}"
     )
+
+
+def command_id(run_id: str, call: ToolCall) -> str:
+    """The command id a run's call runs under: the run's id and the call's."""
+    return f"{run_id}:{call.id}"
+
+
+def command_keys(
+    registry: Registry, s: Session, calls: Sequence[ToolCall], envelopes: Sequence[Envelope]
+) -> list[str]:
+    """Keys of the writes a turn ran under the run's command ids (not plans)."""
+    keys: list[str] = []
+    for call, envelope in zip(calls, envelopes, strict=True):
+        tool = registry.lookup(call.name, s.principal)
+        if (
+            tool is None
+            or tool.spec.read_only
+            or tool.spec.idempotency.mode is not IdempotencyMode.COMMAND_ID
+            or envelope.error_type in PLANNED
+        ):
+            continue
+        keys.append(
+            command_key(
+                tenant_id=s.principal.tenant_id,
+                tool=tool.spec.name,
+                command_id=command_id(s.run_id, call),
+                user_id=s.principal.user_id,
+                scope=tool.spec.idempotency.scope,
+            )
+        )
+    return keys
+
+
+async def execute_pending(
+    writes: Writes,
+    pending: PendingPlan,
+    principal: Principal,
+    token: str | None,
+    *,
+    timeout: float,
+) -> tuple[Envelope, str | None]:
+    """The plan confirmed and executed: its envelope, and its key if it ran under one.
+
+    A refused confirmation raises; a refused execution (expired, conflicting, ...)
+    is an envelope for the model, except "not confirmed yet", which raises.
+    """
+    if token is not None:
+        await writes.confirm(pending.plan_id, token, principal)
+    outcome = await writes.execute_plan(
+        pending.plan_id, principal, timeout=timeout, call_id=pending.call_id
+    )
+    if outcome.key is None:
+        # Refused before its key: nothing ran.
+        if outcome.code in PLANNED:
+            raise WriteRefusedError(outcome.code, outcome.envelope.summary)
+        return not_executed(outcome.envelope), None
+    return outcome.envelope, outcome.key

@@ -2,9 +2,10 @@
 
 `Observer` is a session's link to the host: the hooks, and the sink of a streamed run.
 `ask`, `proposed`, `shown`, `resumed` and `suspended` are the loop's insertion points;
-`observed` wraps a drive so that a cancelled run, or one whose hook raised, is stored
-FAILED rather than left RUNNING; `streamed` turns a run into its events. It
-never decides a call, and what it passes on is what the loop already used.
+`observed` wraps a drive so that a cancelled run, one whose hook raised and one an
+unexpected exception stopped are stored FAILED rather than left RUNNING; `streamed`
+turns a run into its events. It never decides a call, and what it passes on is what
+the loop already used.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from handrail.runs import RunRecord
 
 __all__ = [
+    "INTERNAL",
     "Observer",
     "ask",
     "observed",
@@ -61,6 +63,9 @@ __all__ = [
 
 Sink = Callable[[LoopEvent], Awaitable[None]]
 """Takes one event; returns once the stream's reader has taken it."""
+
+INTERNAL = "INTERNAL"
+"""The error a run is stored FAILED with when an unexpected exception stopped it."""
 
 _SINK: ContextVar[Sink | None] = ContextVar("handrail_loop_sink", default=None)
 """The sink `streamed` sets in its drive task, for the first drive there to take."""
@@ -210,9 +215,11 @@ async def observed(
 ) -> AsyncIterator[None]:
     """Attach the hooks (and a stream's sink) to a live session; end it if it is stopped.
 
-    Inside, a cancellation stores the run FAILED with CANCELLED and a raising hook
-    FAILED with HOOK_FAILED, each re-raised; a run already stored as stopped (SUSPENDED,
-    FINISHED, FAILED) stays as it is. A replay (nothing stored) is never observed.
+    Inside, a cancellation stores the run FAILED with CANCELLED, a raising hook FAILED
+    with HOOK_FAILED and any other exception (a store error, a checker's bug) FAILED
+    with INTERNAL, each re-raised; a refusal (another process moved the run) and a run
+    already stored as stopped (SUSPENDED, FINISHED, FAILED) stay as they are. A replay
+    (nothing stored) is never observed.
     """
     if s.recorded is None and not s.observer.attached:
         sink = _SINK.get()
@@ -226,6 +233,11 @@ async def observed(
     except HookFailedError:
         await _store_end(s, end, HOOK_FAILED)
         raise
+    except AccessRefusedError:
+        raise  # another process moved the run (CONFLICT): it is theirs to end
+    except Exception as exc:
+        await _store_failure(s, end, exc)
+        raise
 
 
 async def _store_end(s: S, end: Callable[[S, str], Awaitable[object]], code: str) -> None:
@@ -237,6 +249,24 @@ async def _store_end(s: S, end: Callable[[S, str], Awaitable[object]], code: str
         # A store write was under way when the task was cancelled, and it landed.
         s.record = s.record.advanced(at=s.record.updated_at)
         await end(s, code)
+
+
+async def _store_failure(
+    s: S, end: Callable[[S, str], Awaitable[object]], error: Exception
+) -> None:
+    """Store a run that `error` stopped FAILED with INTERNAL, if it is still RUNNING.
+
+    Only from the version this drive last stored (never over another's write). When
+    that fails too (the store is down, or its last write landed unseen), the run is
+    left as it is, to be cancelled once its deadline has passed (`AgentLoop.cancel`),
+    and `error` propagates all the same, with a note.
+    """
+    if s.record is None or s.record.state is not RunState.RUNNING:
+        return
+    try:
+        await end(s, INTERNAL)
+    except Exception as exc:  # noqa: BLE001 - the run's own error propagates, not this one
+        error.add_note(f"handrail: the run could not be stored FAILED ({type(exc).__name__})")
 
 
 def _copy(call: ToolCall) -> ToolCall:

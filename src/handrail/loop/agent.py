@@ -27,16 +27,20 @@ from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn, User
 from handrail.declare.exposure import Exposure, ExposureRequest
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError, ErrorCode, WriteRefusedError
-from handrail.execution import command_key
 from handrail.loop._agent_record import (
     CallOutcome,
-    PendingPlan,
     RunData,
     RunEnd,
     RunStatus,
     StepLog,
     outcomes,
     read_run,
+)
+from handrail.loop._cancel import (
+    cancelled_text,
+    check_cancellable,
+    check_reason,
+    claim_declined,
 )
 from handrail.loop._conversation import Conversations
 from handrail.loop._replay import (
@@ -47,17 +51,27 @@ from handrail.loop._replay import (
     replayed_calls,
 )
 from handrail.loop._session import (
-    PLANNED,
     RunRefusedError,
     Session,
+    command_id,
+    command_keys,
     confirmed_text,
-    not_executed,
+    execute_pending,
     pending_plans,
 )
-from handrail.loop._streaming import ask, observed, proposed, resumed, shown, streamed, suspending
+from handrail.loop._streaming import (
+    INTERNAL,
+    ask,
+    observed,
+    proposed,
+    resumed,
+    shown,
+    streamed,
+    suspending,
+)
 from handrail.loop.answers import CheckedAnswer, EvidenceChecker, TextCheck, tool_names_of
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
-from handrail.loop.final import RunAnswer, checked_json, parse_final_answer
+from handrail.loop.final import LOOP_INSTRUCTIONS, RunAnswer, checked_json, parse_final_answer
 from handrail.loop.models import (
     ModelClient,
     ModelError,
@@ -68,7 +82,6 @@ from handrail.loop.models import (
 from handrail.principal import Principal
 from handrail.runs import RunRecord, RunState
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
-from handrail.spec import IdempotencyMode
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
@@ -81,6 +94,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SYSTEM",
+    "INTERNAL",
     "LOOP_INSTRUCTIONS",
     "AgentLoop",
     "CallOutcome",
@@ -96,19 +110,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-LOOP_INSTRUCTIONS = (
-    "You act through the tools you are given. A tool call is a proposal: the "
-    "application checks, runs or refuses it and shows you the result. A change to data "
-    "usually becomes a plan that a person must confirm in the application; then say "
-    "what will happen, never that it happened. When you are finished, reply without "
-    "tool calls with one JSON object: "
-    '{"state": "need_information" | "awaiting_confirmation" | "processing" | '
-    '"succeeded" | "failed", "message": "<text for the user>", "command_ids": [], '
-    '"evidence": [{"tool": "<tool name>", "plan_id": "<id>" or "business_id": "<id>"}]}. '
-    'Use "succeeded" only for effects a tool result showed as done, each cited in evidence.'
-)
-"""How the loop asks for final answers; appended to MODEL_INSTRUCTIONS by default."""
-
 DEFAULT_SYSTEM = f"{MODEL_INSTRUCTIONS}\n\n{LOOP_INSTRUCTIONS}"
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -123,7 +124,8 @@ class RunOutcome:
     the evidence check's verdict); `answer` (a structured answer after the check) or,
     for free text, `text` and `text_check` are its details. SUSPENDED: `plan_ids` await
     a person. BUDGET_EXHAUSTED: `trip` says which budget. FAILED: `error` is the model
-    error's code. `new_turns` are the run's turns from its task on (after a resume, all
+    error's code, or CANCELLED (after `cancel`, `plan_ids` are the plans it declined).
+    `new_turns` are the run's turns from its task on (after a resume, all
     of them), for a host that keeps the history itself.
     """
 
@@ -209,6 +211,9 @@ class AgentLoop:
         if not _RUN_ID.fullmatch(run_id):
             msg = "a run id is 1-64 characters of [A-Za-z0-9_-]"
             raise ConfigurationError(msg)
+        if not isinstance(task, str) or not task.strip():
+            msg = "a task is text that is not blank (every adapter refuses blank user text)"
+            raise ConfigurationError(msg)
         opened = await self._conversations.open(
             principal, run_id=run_id, conversation_id=conversation_id, history=history
         )
@@ -250,10 +255,10 @@ class AgentLoop:
 
     async def _drive(self, s: Session, runner: Runner) -> RunOutcome:
         """Steps until the run finishes, suspends, fails or a budget trips."""
-        exposure = self._gate.registry.exposure(s.principal, self._exposure)
-        s.exposure = exposure
-        ledger = s.ledger()
         async with observed(s, self._hooks, self._end_error):
+            exposure = self._gate.registry.exposure(s.principal, self._exposure)
+            s.exposure = exposure
+            ledger = s.ledger()
             while True:
                 try:
                     outcome = await self._step(s, runner, exposure, ledger)
@@ -307,7 +312,7 @@ class AgentLoop:
         s.transcript.append(pair_results(calls, envelopes, marker=self._marker))
         s.steps.append(StepLog(kind="model", calls=outcomes(envelopes)))
         if s.recorded is None:
-            s.keys.extend(self._command_keys(s, calls, envelopes))
+            s.keys.extend(command_keys(self._gate.registry, s, calls, envelopes))
         plans = pending_plans(calls, envelopes)
         await shown(s, calls, envelopes)
         if trip is not None:
@@ -329,37 +334,14 @@ class AgentLoop:
             timeout=s.tracker.remaining_seconds(),
             conversation=s.conversation,
             exposure=s.exposure,
-            command_ids={call.id: _command_id(s.run_id, call) for call in calls},
+            command_ids={call.id: command_id(s.run_id, call) for call in calls},
         )
-
-    def _command_keys(
-        self, s: Session, calls: Sequence[ToolCall], envelopes: Sequence[Envelope]
-    ) -> list[str]:
-        """Keys of the writes this turn ran under the run's command ids (not plans)."""
-        keys: list[str] = []
-        for call, envelope in zip(calls, envelopes, strict=True):
-            tool = self._gate.registry.lookup(call.name, s.principal)
-            if (
-                tool is None
-                or tool.spec.read_only
-                or tool.spec.idempotency.mode is not IdempotencyMode.COMMAND_ID
-                or envelope.error_type in PLANNED
-            ):
-                continue
-            keys.append(
-                command_key(
-                    tenant_id=s.principal.tenant_id,
-                    tool=tool.spec.name,
-                    command_id=_command_id(s.run_id, call),
-                    user_id=s.principal.user_id,
-                    scope=tool.spec.idempotency.scope,
-                )
-            )
-        return keys
 
     async def _finish(self, s: Session, reply: ModelReply) -> RunOutcome:
         text = reply.text or ""
-        s.transcript.append(AssistantTurn(text=reply.text))
+        if text.strip():
+            # A blank reply is no turn: no adapter could send it in the next run's history.
+            s.transcript.append(AssistantTurn(text=text))
         answer = parse_final_answer(text)
         if answer is not None:
             # The model may cite a tool by any name this run showed it under.
@@ -446,13 +428,7 @@ class AgentLoop:
         if writes is None:
             msg = "resuming a run needs an AgentLoop configured with writes"
             raise ConfigurationError(msg)
-        record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
-        if (
-            record is None
-            or record.tenant_id != principal.tenant_id
-            or record.user_id != principal.user_id
-        ):
-            raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        record = await self._own_run(run_id, principal)
         if record.state is not RunState.SUSPENDED:
             raise RunRefusedError(
                 ErrorCode.CONFLICT, f"The run is {record.state.value.lower()}, not suspended."
@@ -461,12 +437,13 @@ class AgentLoop:
         pending = next((p for p in data.pending if p.plan_id == plan_id), None)
         if pending is None:
             raise RunRefusedError(ErrorCode.NOT_FOUND, "The run awaits no such plan.")
+        # What may fail before the claim: a claimed run is never left behind RUNNING.
+        history = await self._conversations.history_of(data)
+        tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         # Claim the run first, so two resumes of one run never both proceed.
         claimed = record.advanced(at=self._clock.now(), state=RunState.RUNNING)
         if not await self._io(self._store.update_run, claimed, expect_version=record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
-        history = await self._conversations.history_of(data)
-        tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         tracker.start()
         s = Session.of(
             data,
@@ -484,10 +461,13 @@ class AgentLoop:
                 except BudgetExhausted as exc:
                     return await self._end_budget(s, exc.trip)
             try:
-                envelope, key = await self._execute(writes, pending, principal, token, tracker)
+                envelope, key = await execute_pending(
+                    writes, pending, principal, token, timeout=tracker.remaining_seconds()
+                )
             except WriteRefusedError:
                 released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
-                await self._io(self._store.update_run, released, expect_version=claimed.version)
+                if await self._io(self._store.update_run, released, expect_version=claimed.version):
+                    s.record = released
                 raise
             s.pending = [p for p in s.pending if p.plan_id != plan_id]
             if key is not None:
@@ -508,33 +488,54 @@ class AgentLoop:
         """`resume`'s events as they happen, the terminal one last, as `stream`."""
         return streamed(lambda: self.resume(run_id, principal, plan_id=plan_id, token=token))
 
-    async def _execute(
-        self,
-        writes: Writes,
-        pending: PendingPlan,
-        principal: Principal,
-        token: str | None,
-        tracker: BudgetTracker,
-    ) -> tuple[Envelope, str | None]:
-        """The plan confirmed and executed: its envelope, and its key if it ran under one.
+    # --- cancel ---------------------------------------------------------------------------------
 
-        A refused confirmation raises; a refused execution (expired, conflicting, ...)
-        is an envelope for the model, except "not confirmed yet", which raises.
+    async def cancel(self, run_id: str, principal: Principal, *, reason: str) -> RunOutcome:
+        """End a run that waits for a person, or whose process stopped: FAILED, CANCELLED.
+
+        A SUSPENDED run's plans are rejected through `writes` for `reason`, and a user
+        turn in Handrail's words names them as declined and not executed, so the next
+        run of its conversation does not claim them; the conversation is free again. A
+        RUNNING run only once its deadline and a grace margin have passed (`_cancel`).
+        RunRefusedError: NOT_FOUND for no run or another principal's; CONFLICT for an
+        ended run, one that may still run, a plan that executed (resume with it first).
         """
-        if token is not None:
-            await writes.confirm(pending.plan_id, token, principal)
-        outcome = await writes.execute_plan(
-            pending.plan_id,
-            principal,
-            timeout=tracker.remaining_seconds(),
-            call_id=pending.call_id,
+        reason = check_reason(reason)
+        record = await self._own_run(run_id, principal)
+        data = read_run(record)
+        tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
+        check_cancellable(record, data, self._budget, now=self._clock.now())
+        claimed = await claim_declined(
+            self._store,
+            self._clock,
+            record,
+            writes=self._writes,
+            principal=principal,
+            reason=reason,
         )
-        if outcome.key is None:
-            # Refused before its key: nothing ran.
-            if outcome.code in PLANNED:
-                raise WriteRefusedError(outcome.code, outcome.envelope.summary)
-            return not_executed(outcome.envelope), None
-        return outcome.envelope, outcome.key
+        s = Session.of(
+            data,
+            run_id=run_id,
+            principal=principal,
+            tracker=tracker,
+            model=self._model,
+            record=claimed,
+        )
+        s.transcript = [*await self._conversations.own_turns(data, run_id)]
+        s.pending = []
+        s.transcript.append(UserTurn(text=cancelled_text(data.pending, reason)))
+        code = ErrorCode.CANCELLED.value
+        await self._save(s, RunState.FAILED, RunEnd(status=RunStatus.FAILED, error=code))
+        declined = tuple(plan.plan_id for plan in data.pending)
+        return self._outcome(s, RunStatus.FAILED, error=code, plan_ids=declined)
+
+    async def _own_run(self, run_id: str, principal: Principal) -> RunRecord:
+        """`principal`'s stored run; NOT_FOUND for none or another's, alike."""
+        record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
+        owner = None if record is None else (record.tenant_id, record.user_id)
+        if record is None or owner != (principal.tenant_id, principal.user_id):
+            raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        return record
 
     # --- replay ---------------------------------------------------------------------------------
 
@@ -577,10 +578,3 @@ class AgentLoop:
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
         return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-# --- helpers ------------------------------------------------------------------------------------
-
-
-def _command_id(run_id: str, call: ToolCall) -> str:
-    return f"{run_id}:{call.id}"

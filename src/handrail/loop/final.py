@@ -1,9 +1,10 @@
 """A finished run's answer in one shape, whether the model answered in JSON or in text.
 
-Owns reading a final reply (a JSON `FinalAnswer`, bare or fenced, else free text),
-`RunAnswer` (what a host shows the user: the message, the state it may keep, the
-evidence check's verdict and notice, the proven ids) and the stored JSON of a checked
-answer. It never checks evidence itself (`answers` does) and never stores anything.
+Owns how the loop asks for a final answer (`LOOP_INSTRUCTIONS`), reading a final
+reply (a JSON `FinalAnswer`, bare or fenced, else free text), `RunAnswer` (what a host
+shows the user: the message, the state it may keep, the evidence check's verdict and
+notice, the proven ids) and the stored JSON of a checked answer. It never checks
+evidence itself (`answers` does) and never stores anything.
 """
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ import pydantic
 
 from handrail.loop.answers import CheckedAnswer, FinalAnswer, FinalState, TextCheck
 
-__all__ = ["RunAnswer", "checked_json", "parse_final_answer"]
+__all__ = ["LOOP_INSTRUCTIONS", "RunAnswer", "checked_json", "parse_final_answer"]
+
+LOOP_INSTRUCTIONS = (
+    "You act through the tools you are given. A tool call is a proposal: the "
+    "application checks, runs or refuses it and shows you the result. A change to data "
+    "usually becomes a plan that a person must confirm in the application; then say "
+    "what will happen, never that it happened. When you are finished, reply without "
+    "tool calls with one JSON object: "
+    '{"state": "need_information" | "awaiting_confirmation" | "processing" | '
+    '"succeeded" | "failed", "message": "<text for the user>", "command_ids": [], '
+    '"evidence": [{"tool": "<tool name>", "plan_id": "<id>" or "business_id": "<id>"}]}. '
+    'Use "succeeded" only for effects a tool result showed as done, each cited in evidence.'
+)
+"""How the loop asks for final answers; appended to MODEL_INSTRUCTIONS by default."""
 
 _FENCE = re.compile(r"\A```(?:json)?\s*(?P<body>.*?)\s*```\Z", re.DOTALL)
 
