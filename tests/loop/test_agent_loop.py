@@ -372,6 +372,22 @@ async def test_a_write_suspends_the_run_durably_in_the_store(made: World) -> Non
     assert plan.state is PlanState.PROPOSED
 
 
+async def test_three_writes_in_one_turn_suspend_on_three_plans_not_a_budget_trip(
+    made: World,
+) -> None:
+    """Plans awaiting a person are no errors to the same-error breaker (default limit 3)."""
+    calls = [
+        call(f"c{n}", "create_ticket", **{**TICKET_ARGS, "reason": f"reason {n}"})
+        for n in range(3)
+    ]
+    model = ScriptedModelClient([reply(*calls)])
+    outcome = await made.loop(model).run(TASK, ALICE, run_id="r3")
+    assert outcome.status is RunStatus.SUSPENDED
+    assert len(outcome.plan_ids) == 3
+    assert _stored(made, "r3")[0] is RunState.SUSPENDED
+    assert made.effects.lines() == []
+
+
 @pytest.mark.invariant(10)
 async def test_resume_confirms_executes_once_and_finishes_with_proven_success(
     made: World,

@@ -252,6 +252,20 @@ def test_a_success_or_another_code_of_the_tool_resets_its_error_count() -> None:
     assert tracker.tripped is None
 
 
+@pytest.mark.parametrize("code", [ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL])
+def test_plans_awaiting_a_person_are_not_errors_to_the_same_error_breaker(
+    code: ErrorCode,
+) -> None:
+    # Three writes in one turn become three plans; the run must suspend on them, not trip.
+    tracker = _tracker(max_same_error=2)
+    calls = [_call("update_email", call_id=f"c{n}") for n in range(4)]
+    for call in calls:
+        tracker.record_result(call, _error(call, code))
+    assert tracker.tripped is None
+    tracker.record_result(calls[0], _error(calls[0], ErrorCode.CONFLICT))
+    assert tracker.tripped is None
+
+
 def test_other_tools_in_between_do_not_reset_a_tools_error_count() -> None:
     tracker = _tracker(max_same_error=2)
     create, search = _call("create"), _call("search", call_id="c2")

@@ -44,8 +44,8 @@ SNAPSHOT_VERSION = 1
 """Version of the JSON written by `BudgetTracker.snapshot`."""
 
 _MILLION = Decimal(1_000_000)
-_MAX_FINGERPRINT_TEXT = 1 << 20
-"""Argument text longer than this is hashed as it is, never parsed."""
+_AWAITING_A_PERSON = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
+_MAX_FINGERPRINT_TEXT = 1 << 20  # longer argument text is hashed as it is, never parsed
 
 
 class BudgetReason(StrEnum):
@@ -158,7 +158,7 @@ class RunBudget:
     caps calls per tool name, `max_tool_calls` all calls together. `max_identical_calls`
     is how often one tool may be called with the same canonical arguments in a run;
     `max_same_error` how many consecutive results of one tool may carry the same error
-    code (any other result of that tool resets its count). None means not limited.
+    code (another result of that tool, or a plan awaiting a person, resets it); None: no limit.
     """
 
     max_steps: int
@@ -386,7 +386,7 @@ class BudgetTracker:
         self._raise_if_tripped()
         tool = call.name if tool_name is None else tool_name
         code = envelope.error_type
-        if code is None:
+        if code is None or code in _AWAITING_A_PERSON:  # a plan is no failure to repeat
             self._error_streaks.pop(tool, None)
             return
         last, streak = self._error_streaks.get(tool, ("", 0))
