@@ -377,8 +377,7 @@ async def test_three_writes_in_one_turn_suspend_on_three_plans_not_a_budget_trip
 ) -> None:
     """Plans awaiting a person are no errors to the same-error breaker (default limit 3)."""
     calls = [
-        call(f"c{n}", "create_ticket", **{**TICKET_ARGS, "reason": f"reason {n}"})
-        for n in range(3)
+        call(f"c{n}", "create_ticket", **{**TICKET_ARGS, "reason": f"reason {n}"}) for n in range(3)
     ]
     model = ScriptedModelClient([reply(*calls)])
     outcome = await made.loop(model).run(TASK, ALICE, run_id="r3")
