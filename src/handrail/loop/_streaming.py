@@ -82,6 +82,11 @@ class Observer:
     envelopes: dict[str, Envelope] = field(default_factory=dict)
     """The last batch's envelopes by call id, for the plans a suspension reports."""
 
+    @property
+    def hooked(self) -> bool:
+        """False for the default `NoHooks`: the loop then skips the hook calls entirely."""
+        return type(self.hooks) is not NoHooks
+
     async def emit(self, event: LoopEvent) -> None:
         """Hand `event` to the stream, if any, and wait until its reader took it."""
         if self.sink is not None:
@@ -126,8 +131,9 @@ S = TypeVar("S", bound=Observed)
 async def ask(s: Observed, request: ModelRequest) -> ModelReply:
     """The model's reply to `request`; streamed as deltas when the run is streamed."""
     step, observer = s.tracker.steps, s.observer
-    await observer.hook("before_model", observer.hooks.before_model, step=step, request=request)
-    s.tracker.check_deadline()  # the hook's time is the run's
+    if observer.hooked:
+        await observer.hook("before_model", observer.hooks.before_model, step=step, request=request)
+        s.tracker.check_deadline()  # the hook's time is the run's
     timeout = s.tracker.remaining_seconds()
     if observer.sink is None or not isinstance(s.model, StreamingModelClient):
         return await s.model.complete(request, timeout=timeout)
@@ -154,6 +160,8 @@ async def _show(s: Observed, step: int, text: str) -> None:
 
 async def proposed(s: Observed, calls: Sequence[ToolCall]) -> None:
     """Each admitted call, before the gate sees it (a copy: the reader cannot alter it)."""
+    if s.observer.sink is None:
+        return
     for call in calls:
         await s.observer.emit(CallProposed(run_id=s.run_id, step=s.tracker.steps, call=_copy(call)))
 
@@ -164,16 +172,18 @@ async def shown(s: Observed, calls: Sequence[ToolCall], envelopes: Sequence[Enve
     observer.envelopes = {}
     for call, envelope in zip(calls, envelopes, strict=True):
         observer.envelopes[call.id] = envelope
-        await observer.hook(
-            "after_envelope",
-            observer.hooks.after_envelope,
-            step=step,
-            call=_copy(call),
-            envelope=envelope,
-        )
-        await observer.emit(
-            CallEnvelope(run_id=s.run_id, step=step, call_id=call.id, envelope=envelope)
-        )
+        if observer.hooked:
+            await observer.hook(
+                "after_envelope",
+                observer.hooks.after_envelope,
+                step=step,
+                call=_copy(call),
+                envelope=envelope,
+            )
+        if observer.sink is not None:
+            await observer.emit(
+                CallEnvelope(run_id=s.run_id, step=step, call_id=call.id, envelope=envelope)
+            )
 
 
 async def resumed(s: Observed, call_id: str, envelope: Envelope) -> None:
