@@ -3,7 +3,15 @@
 A model only proposes tool calls. Handrail decides what runs: every call passes JSON
 syntax, JSON Schema, business rules and authorization, in that order, runs under a
 deadline and comes back as a bounded Envelope, with an audit event for every stage.
+
+`import handrail` loads no database driver, HTTP client or model SDK: the names whose
+modules load one (the SQL stores) are imported on first use (PEP 562, `__getattr__`).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from handrail.app import Handrail
 from handrail.authz.guard import ConversationGuard, MemoryGuardState
@@ -80,11 +88,35 @@ from handrail.spec import (
     ToolHints,
     ToolSpec,
 )
-from handrail.store import PostgresStore, SqliteStore, Store, open_store
+from handrail.store import Store, open_store
 from handrail.writes.confirmation import ConfirmationToken, Keyring
 from handrail.writes.outcome import WriteOutcome
 from handrail.writes.reconcile import Reconciler
 from handrail.writes.service import Writes
+
+if TYPE_CHECKING:
+    from handrail.store.postgres import PostgresStore
+    from handrail.store.sqlite import SqliteStore
+
+_LAZY = {
+    "PostgresStore": "handrail.store.postgres",
+    "SqliteStore": "handrail.store.sqlite",
+}
+"""Public names imported on first use: module that defines each."""
+
+
+def __getattr__(name: str) -> object:
+    """Import a lazily loaded public name the first time it is asked for."""
+    if (module := _LAZY.get(name)) is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "MODEL_INSTRUCTIONS",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.clock import Clock
 from handrail.deadline import DeadlineExceededError, within
@@ -18,11 +18,13 @@ from handrail.errors import ConfigurationError, ErrorCode, StoreError, ToolSigna
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanState
 from handrail.store.base import Store
-from handrail.store.sql import SqlStore
 from handrail.writes import _answers as answers
 from handrail.writes._attempts import Attempts
 from handrail.writes._hop import Hop
 from handrail.writes.outcome import WriteJob, WriteOutcome
+
+if TYPE_CHECKING:
+    from handrail.store.sql import SqlStore
 
 __all__ = ["LocalWrites", "Replay"]
 
@@ -68,6 +70,8 @@ class LocalWrites:
 
     async def execute(self, job: WriteJob, deadline: float) -> WriteOutcome:
         """Run `job` and its record in one transaction, or answer what its key became."""
+        from handrail.store.sql import SqlStore  # noqa: PLC0415 - loads SQLAlchemy
+
         store = self._store
         if not isinstance(store, SqlStore):
             raise ConfigurationError(f"LOCAL_WRITE tool {job.tool.spec.name!r} needs a SQL store")

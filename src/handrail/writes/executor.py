@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from handrail.clock import Clock
 from handrail.deadline import DeadlineExceededError, within
@@ -50,7 +51,6 @@ from handrail.record.audit import Auditor
 from handrail.retry import Sleep, retrying
 from handrail.spec import SideEffect, ToolSpec
 from handrail.store.base import Store
-from handrail.store.sql import SqlStore, execution_params, execution_row
 from handrail.writes import _answers as answers
 from handrail.writes._attempts import Attempts
 from handrail.writes._held import HeldAttempts
@@ -59,6 +59,8 @@ from handrail.writes.outcome import WriteJob, WriteOutcome
 
 if TYPE_CHECKING:
     from handrail.credentials import Secrets
+    from handrail.store._pg_async import AsyncExecutions
+    from handrail.store.sql import SqlStore
 
 __all__ = ["Executor", "WriteJob", "WriteOutcome"]
 
@@ -92,7 +94,7 @@ class Executor:
         # `secrets` gives a tool its context's secret access; `scrub` cleans stored
         # results of the secret values handed out, so records never hold them.
         self._store = store
-        self._async = store.async_executions if isinstance(store, SqlStore) else None
+        self._async = _async_executions(store)
         self._clock = clock
         self._worker = worker_id
         self._sleep = sleep
@@ -453,6 +455,8 @@ class Executor:
         deadline); the store's own pool timeout bounds it in a worker thread.
         """
         if self._async is not None:
+            from handrail.store.sql import execution_row  # noqa: PLC0415 - SQL stores only
+
             return await self._async.insert(
                 execution_row(record) | {"k_plan": record.plan_id},
                 require_confirmed_plan=require_confirmed_plan,
@@ -475,6 +479,8 @@ class Executor:
     ) -> bool:
         """Compare-and-set a record: on the loop where the store can, else in a thread."""
         if self._async is not None:
+            from handrail.store.sql import execution_params  # noqa: PLC0415 - SQL stores only
+
             params = execution_params(
                 record,
                 expect_status=expect_status,
@@ -495,3 +501,15 @@ class Executor:
             lease_owner=lease_owner,
             lease_valid_at=lease_valid_at,
         )
+
+
+def _async_executions(store: Store) -> AsyncExecutions | None:
+    """The store's claim path on the event loop, which only a `SqlStore` may have.
+
+    A `SqlStore` exists only once `handrail.store.sql` is loaded, so looking there
+    first keeps SQLAlchemy unloaded for a memory store (and for `import handrail`).
+    """
+    sql = sys.modules.get("handrail.store.sql")
+    if sql is None or not isinstance(store, sql.SqlStore):
+        return None
+    return cast("SqlStore", store).async_executions
