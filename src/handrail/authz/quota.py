@@ -3,7 +3,8 @@
 The gate asks a `Limiter` after authorization and before execution, so a denied call
 never spends quota. `QuotaPolicy` says which rates apply; `RateLimiter` counts calls in
 a `limits` storage, in process for one instance or in Redis for several. Limiters never
-authorize and never run tools.
+authorize and never run tools. `limits` (and its Redis client) loads when a limiter or a
+parsed rate is first made, not on import.
 """
 
 from __future__ import annotations
@@ -15,18 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
-
-from limits import RateLimitItem, RateLimitItemPerSecond, parse
-from limits.aio.storage import MemoryStorage, MovingWindowSupport, RedisStorage, Storage
-from limits.aio.storage.redis.coredis import CoredisBridge
-from limits.aio.strategies import MovingWindowRateLimiter
-from limits.errors import StorageError
 
 from handrail.errors import ConfigurationError, StoreError
 from handrail.principal import Principal
 from handrail.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
+    from limits.aio.storage import Storage
 
 __all__ = [
     "Limit",
@@ -94,6 +93,8 @@ class Rate:
     @classmethod
     def parse(cls, text: str) -> Rate:
         """Read one rate such as "10/minute", "100 per hour" or "5/30 seconds"."""
+        from limits import parse  # noqa: PLC0415 - on first use, not on import
+
         try:
             item = parse(text)
         except ValueError as exc:
@@ -304,6 +305,11 @@ class RateLimiter:
 
         Build it with `wrap_exceptions=True`, so that its failures become StoreError.
         """
+        from limits import RateLimitItemPerSecond  # noqa: PLC0415 - on first use
+        from limits.aio.storage import MovingWindowSupport  # noqa: PLC0415
+        from limits.aio.strategies import MovingWindowRateLimiter  # noqa: PLC0415
+        from limits.errors import StorageError  # noqa: PLC0415
+
         if not isinstance(storage, MovingWindowSupport):
             raise ConfigurationError(
                 f"{type(storage).__name__} does not support the moving-window strategy",
@@ -311,10 +317,14 @@ class RateLimiter:
         self._storage = storage
         self._window = MovingWindowRateLimiter(storage)
         self._policy = policy
+        self._item = RateLimitItemPerSecond
+        self._storage_error = StorageError
 
     @classmethod
     def in_process(cls, *, policy: QuotaPolicy) -> RateLimiter:
         """Counts in this process's memory: the embedded default for one instance."""
+        from limits.aio.storage import MemoryStorage  # noqa: PLC0415 - on first use
+
         return cls(MemoryStorage(), policy=policy)
 
     @classmethod
@@ -339,6 +349,8 @@ class RateLimiter:
             raise ConfigurationError("a Redis limiter needs a key prefix and a positive timeout")
         if not url.startswith("async+"):
             url = f"async+{url}"
+        from limits.aio.storage import RedisStorage  # noqa: PLC0415 - loads coredis
+
         storage = RedisStorage(
             url,
             wrap_exceptions=True,
@@ -361,7 +373,7 @@ class RateLimiter:
         """
         buckets = tuple(
             _Bucket(
-                item=RateLimitItemPerSecond(
+                item=self._item(
                     limit.rate.amount,
                     limit.rate.seconds,
                     namespace=_NAMESPACE,
@@ -372,7 +384,7 @@ class RateLimiter:
         )
         try:
             return await self._take(buckets)
-        except StorageError as exc:
+        except self._storage_error as exc:
             raise StoreError("the rate-limit storage failed") from exc
 
     async def _take(self, buckets: tuple[_Bucket, ...]) -> float | None:
@@ -393,6 +405,9 @@ class RateLimiter:
 
     async def aclose(self) -> None:
         """Release the storage's connections; the limiter is not used afterwards."""
+        from limits.aio.storage import RedisStorage  # noqa: PLC0415 - on first use
+        from limits.aio.storage.redis.coredis import CoredisBridge  # noqa: PLC0415
+
         if isinstance(self._storage, RedisStorage) and isinstance(
             self._storage.bridge,
             CoredisBridge,
