@@ -6,46 +6,89 @@ out, calls in (whole and streamed), results back, transcripts both ways. Adapter
 decide exposure: they are handed `registry.exposed(principal)`, and refuse forbidden or
 disabled specs anyway. Results go back as data blocks (`handrail.shaping.marking`);
 each adapter takes a `marker=` for them. `tool_definitions` here is the plain export
-the CLI prints.
+the CLI prints. The adapter modules load on first use (PEP 562), so importing this
+package, or naming `DefinitionFormat`, costs no pydantic model.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
-from handrail.adapters import anthropic, gemini, json_schema, openai_chat, openai_responses
 from handrail.adapters._names import from_wire_name, to_wire_name
-from handrail.adapters.anthropic import AnthropicAdapter
-from handrail.adapters.base import (
-    Adapter,
-    Definitions,
-    IssueAction,
-    SchemaIssue,
-    StreamAssembler,
-    ToolChoice,
-    ToolChoiceMode,
-    UnsupportedSchemaError,
-    UntranslatableError,
-)
-from handrail.adapters.gemini import GeminiAdapter
-from handrail.adapters.openai_chat import OpenAIChatAdapter
-from handrail.adapters.openai_responses import OpenAIResponsesAdapter
-from handrail.adapters.transcript import (
-    AssistantTurn,
-    CallIdLedger,
-    ToolResult,
-    ToolResultsTurn,
-    Turn,
-    UserTurn,
-    pair_results,
-)
-from handrail.declare.exposure import ExposureRequest
-from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
-from handrail.principal import Principal
-from handrail.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from handrail.adapters.anthropic import AnthropicAdapter
+    from handrail.adapters.base import (
+        Adapter,
+        Definitions,
+        IssueAction,
+        SchemaIssue,
+        StreamAssembler,
+        ToolChoice,
+        ToolChoiceMode,
+        UnsupportedSchemaError,
+        UntranslatableError,
+    )
+    from handrail.adapters.gemini import GeminiAdapter
+    from handrail.adapters.openai_chat import OpenAIChatAdapter
+    from handrail.adapters.openai_responses import OpenAIResponsesAdapter
+    from handrail.adapters.transcript import (
+        AssistantTurn,
+        CallIdLedger,
+        ToolResult,
+        ToolResultsTurn,
+        Turn,
+        UserTurn,
+        pair_results,
+    )
+    from handrail.declare.exposure import ExposureRequest
+    from handrail.declare.registry import Registry
+    from handrail.principal import Principal
+    from handrail.spec import ToolSpec
+
+_BASE = "handrail.adapters.base"
+_TRANSCRIPT = "handrail.adapters.transcript"
+_LAZY = {
+    "Adapter": _BASE,
+    "AnthropicAdapter": "handrail.adapters.anthropic",
+    "AssistantTurn": _TRANSCRIPT,
+    "CallIdLedger": _TRANSCRIPT,
+    "Definitions": _BASE,
+    "GeminiAdapter": "handrail.adapters.gemini",
+    "IssueAction": _BASE,
+    "OpenAIChatAdapter": "handrail.adapters.openai_chat",
+    "OpenAIResponsesAdapter": "handrail.adapters.openai_responses",
+    "SchemaIssue": _BASE,
+    "StreamAssembler": _BASE,
+    "ToolChoice": _BASE,
+    "ToolChoiceMode": _BASE,
+    "ToolResult": _TRANSCRIPT,
+    "ToolResultsTurn": _TRANSCRIPT,
+    "Turn": _TRANSCRIPT,
+    "UnsupportedSchemaError": _BASE,
+    "UntranslatableError": _BASE,
+    "UserTurn": _TRANSCRIPT,
+    "pair_results": _TRANSCRIPT,
+}
+"""Names imported from their module when first asked for: the adapters load pydantic."""
+
+
+def __getattr__(name: str) -> object:
+    """Import an adapter name the first time it is asked for."""
+    if (module := _LAZY.get(name)) is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "Adapter",
@@ -91,14 +134,24 @@ def _exporter(
 ) -> Callable[[Sequence[ToolSpec]], list[dict[str, Any]]]:
     match fmt:
         case DefinitionFormat.OPENAI_CHAT:
+            from handrail.adapters import openai_chat  # noqa: PLC0415 - loaded when asked for
+
             return openai_chat.tool_definitions
         case DefinitionFormat.OPENAI_RESPONSES:
+            from handrail.adapters import openai_responses  # noqa: PLC0415 - loaded when asked for
+
             return openai_responses.tool_definitions
         case DefinitionFormat.ANTHROPIC:
+            from handrail.adapters import anthropic  # noqa: PLC0415 - loaded when asked for
+
             return anthropic.tool_definitions
         case DefinitionFormat.GEMINI:
+            from handrail.adapters import gemini  # noqa: PLC0415 - loaded when asked for
+
             return gemini.tool_definitions
         case DefinitionFormat.JSONSCHEMA:
+            from handrail.adapters import json_schema  # noqa: PLC0415 - loaded when asked for
+
             return json_schema.tool_definitions
         case _:  # pragma: no cover - closed by the enum
             assert_never(fmt)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,7 +22,9 @@ from handrail.cli._common import (
     one_line_errors,
 )
 from handrail.cli._reconcile import open_existing_store
-from handrail.events import AuditEvent
+
+if TYPE_CHECKING:
+    from handrail.events import AuditEvent
 
 __all__ = ["audit_app"]
 

@@ -2,7 +2,8 @@
 
 An application is imported like uvicorn does (`module:attribute`, from the current
 directory). The principal whose view is shown is built here from the options, never
-from anything a model wrote.
+from anything a model wrote. Commands import the core (registry, store, gate) when they
+run, so `handrail --help` loads none of it.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 import typer.core
 from rich.console import Console
 from rich.table import Table
 
-from handrail.declare.registry import Registry
 from handrail.errors import HandrailError
 from handrail.principal import Principal
-from handrail.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from handrail.declare.registry import Registry
+    from handrail.spec import ToolSpec
 
 __all__ = [
     "DEFAULT_APP",
@@ -210,6 +213,8 @@ def import_attribute(target: str, *, option: str) -> Any:  # noqa: ANN401 - user
 
 def load_registry(target: str) -> Registry:
     """The Registry of the application named by `--app`."""
+    from handrail.declare.registry import Registry  # noqa: PLC0415 - not for --help
+
     found = import_attribute(target, option="--app")
     if callable(found) and not isinstance(found, Registry):
         try:

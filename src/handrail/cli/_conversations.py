@@ -28,7 +28,6 @@ from handrail.cli._raw import shown
 from handrail.cli._reconcile import open_existing_store
 from handrail.cli._runs import print_turns
 from handrail.errors import ConfigurationError
-from handrail.loop._agent_record import load_turn
 
 __all__ = ["conversations_app"]
 
@@ -100,6 +99,8 @@ def show_conversation(
         texts = opened.get_turns(conversation_id, stop=record.turns)
     finally:
         opened.close()
+    from handrail.loop._agent_record import load_turn  # noqa: PLC0415 - not for --help
+
     try:
         turns = tuple(load_turn(text) for text in texts)
     except ConfigurationError as exc:

@@ -11,7 +11,7 @@ opened without migrating; a missing SQLite file is an error.
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,9 +26,9 @@ from handrail.cli._common import (
 )
 from handrail.cli._reconcile import open_existing_store
 from handrail.errors import WriteRefusedError
-from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.record.batching import BatchingAuditSink
-from handrail.writes.reconcile import resolve_by_person
+
+if TYPE_CHECKING:
+    from handrail.execution import ExecutionRecord
 
 __all__ = ["executions_app"]
 
@@ -78,6 +78,8 @@ def list_executions(
     lines: Annotated[int, typer.Option("-n", "--lines", min=1, help="At most this many.")] = 50,
 ) -> None:
     """Show execution records, most recently updated first (UNKNOWN ones by default)."""
+    from handrail.execution import ExecutionStatus  # noqa: PLC0415 - not for --help
+
     wanted = status.upper()
     if wanted != "ALL" and wanted not in ExecutionStatus.__members__:
         raise CliError(f"unknown status {status!r}")
@@ -118,6 +120,9 @@ def resolve(
     ] = None,
 ) -> None:
     """Settle an UNKNOWN write by hand after checking the downstream system."""
+    from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415 - not for --help
+    from handrail.writes.reconcile import resolve_by_person  # noqa: PLC0415
+
     if succeeded is None:
         raise CliError("say what the downstream system shows: --succeeded or --failed")
     if business_id is not None and not succeeded:

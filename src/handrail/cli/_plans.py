@@ -18,7 +18,7 @@ import os
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
@@ -38,13 +38,12 @@ from handrail.cli._raw import shown
 from handrail.cli._reconcile import open_existing_store
 from handrail.cli._runs import TenantRequired, shown_lines
 from handrail.errors import ConfigurationError
-from handrail.plans import PlanRecord, PlanState
 from handrail.principal import Principal
-from handrail.record.batching import BatchingAuditSink
 from handrail.signing import SigningKey
-from handrail.spec import ConfirmationMode
-from handrail.writes.confirmation import Keyring
-from handrail.writes.service import Writes
+
+if TYPE_CHECKING:
+    from handrail.plans import PlanRecord, PlanState
+    from handrail.writes.confirmation import Keyring
 
 __all__ = ["plans_app", "read_key_file"]
 
@@ -94,6 +93,8 @@ def _time(at: datetime) -> str:
 
 
 def _approvals(record: PlanRecord) -> str:
+    from handrail.spec import ConfirmationMode  # noqa: PLC0415 - not for --help
+
     plan = record.plan
     if plan.confirmation is ConfirmationMode.APPROVE:
         return f"{len(record.approvals)} of {plan.required_approvals}"
@@ -101,6 +102,8 @@ def _approvals(record: PlanRecord) -> str:
 
 
 def _state(state: str) -> PlanState | None:
+    from handrail.plans import PlanState  # noqa: PLC0415 - not for --help
+
     wanted = state.upper()
     if wanted == "ALL":
         return None
@@ -203,6 +206,8 @@ def show_plan(
 
 
 def _decided_by(record: PlanRecord) -> str:
+    from handrail.spec import ConfirmationMode  # noqa: PLC0415 - not for --help
+
     plan = record.plan
     if plan.confirmation is ConfirmationMode.APPROVE:
         return f"approvers holding {shown(plan.approver_permission or '?')}, not the requester"
@@ -232,6 +237,8 @@ def read_key_file(path: Path) -> SigningKey:
 
 
 def _keyring(key_file: Path | None) -> Keyring:
+    from handrail.writes.confirmation import Keyring  # noqa: PLC0415 - not for --help
+
     if key_file is not None:
         return Keyring(read_key_file(key_file))
     return Keyring(SigningKey(f"cli-{secrets.token_hex(4)}", secrets.token_bytes(32)))
@@ -247,6 +254,9 @@ def _decide(
     reason: str | None,
 ) -> PlanRecord:
     """Confirm (reason None) or reject the plan through Writes, audited in the store."""
+    from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415 - not for --help
+    from handrail.writes.service import Writes  # noqa: PLC0415
+
     registry = load_registry(app_target)
     keyring = _keyring(key_file)
     opened = open_existing_store(store)
@@ -294,6 +304,8 @@ def confirm_plan(
     (requester or approver, expiry, one use); it is never printed, and never reaches a
     model. --app supplies the plan's tool; the decision is audited in --store.
     """
+    from handrail.plans import PlanState  # noqa: PLC0415 - not for --help
+
     principal = _principal(tenant, user, permission)
     record = _decide(app_target, store, key_file, principal, plan_id, reason=None)
     plan = record.plan

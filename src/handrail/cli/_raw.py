@@ -34,9 +34,6 @@ from handrail.clock import SystemClock
 from handrail.errors import AccessRefusedError
 from handrail.principal import Principal
 from handrail.raw import RawRecord
-from handrail.record.audit import Auditor
-from handrail.record.batching import BatchingAuditSink
-from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults
 
 __all__ = ["raw_app", "render_body", "shown"]
 
@@ -162,6 +159,10 @@ def show(
     ] = None,
 ) -> None:
     """Print one raw record: its metadata, then its body (read audited)."""
+    from handrail.record.audit import Auditor  # noqa: PLC0415 - not for --help
+    from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415
+    from handrail.record.raw_results import RAW_READ_PERMISSION, RawResults  # noqa: PLC0415
+
     _not_empty(tenant=tenant, operator=operator)
     reader = Principal(
         user_id=operator,
@@ -235,6 +236,8 @@ def list_raw(
 @one_line_errors
 def purge(*, store: StoreOption) -> None:
     """Delete every raw record whose retention has ended."""
+    from handrail.record.raw_results import RawResults  # noqa: PLC0415 - not for --help
+
     opened = open_existing_store(store)
     try:
         purged = RawResults(opened, SystemClock()).purge()

@@ -16,9 +16,8 @@ import signal
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import sqlalchemy as sa
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -33,11 +32,12 @@ from handrail.cli._common import (
     load_registry,
     one_line_errors,
 )
-from handrail.clock import Clock, SystemClock
-from handrail.execution import ExecutionRecord, ExecutionStatus
-from handrail.record.batching import BatchingAuditSink
-from handrail.store import SqlStore, open_store
-from handrail.writes.reconcile import PassReport, Reconciler
+
+if TYPE_CHECKING:
+    from handrail.clock import Clock
+    from handrail.execution import ExecutionRecord
+    from handrail.store import SqlStore
+    from handrail.writes.reconcile import PassReport, Reconciler
 
 __all__ = ["open_existing_store", "reconcile"]
 
@@ -70,6 +70,8 @@ def _label(url: str) -> str:
     """The store for messages: a path, or a URL with its password hidden."""
     if _sqlite_file(url) is not None:
         return url
+    import sqlalchemy as sa  # noqa: PLC0415 - only once a store is open
+
     # Only called once `open_store` accepted the URL, so it parses.
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
@@ -81,6 +83,8 @@ def open_existing_store(url: str) -> SqlStore:
     file = _sqlite_file(url)
     if file is not None and not file.is_file():
         raise CliError(f"no store at {file}; pass --store (or HANDRAIL_STORE)")
+    from handrail.store import open_store  # noqa: PLC0415 - not for --help
+
     return open_store(url, migrate=False)
 
 
@@ -118,6 +122,10 @@ def reconcile(
     The app named by --app supplies the tools and their reconcile hooks; --store is
     where their execution records are. One pass by default.
     """
+    from handrail.clock import SystemClock  # noqa: PLC0415 - not for --help
+    from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415
+    from handrail.writes.reconcile import Reconciler  # noqa: PLC0415
+
     if max_passes is not None and not watch:
         raise CliError("--max-passes only applies with --watch")
     registry = load_registry(app_target)
@@ -163,6 +171,8 @@ def _not_yet_due(store: SqlStore, report: PassReport, clock: Clock) -> list[Exec
 
     Soonest first. Records checked in this pass are left out: their outcome is above.
     """
+    from handrail.execution import ExecutionStatus  # noqa: PLC0415 - not for --help
+
     now = clock.now()
     checked = {key for _, field, _ in _ROWS for key in getattr(report, field)}
     unknown = store.list_executions(status=ExecutionStatus.UNKNOWN, limit=_WAITING_LIMIT)

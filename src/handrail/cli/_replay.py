@@ -9,7 +9,7 @@ recorded and replayed statuses; exits 1 when anything differs.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -25,11 +25,9 @@ from handrail.cli._common import (
     one_line_errors,
 )
 from handrail.cli._reconcile import open_existing_store
-from handrail.clock import FixedClock
-from handrail.gate import Gate
-from handrail.loop.agent import AgentLoop, ReplayReport, StepLog, read_run
-from handrail.loop.answers import EvidenceChecker
-from handrail.loop.models import ScriptedModelClient
+
+if TYPE_CHECKING:
+    from handrail.loop.agent import ReplayReport, StepLog
 
 __all__ = ["replay"]
 
@@ -48,6 +46,12 @@ def replay(
     Reads are run again through the app's tools (--app); writes are never run again.
     Exit status 1 when a step or the end differs from the recorded run.
     """
+    from handrail.clock import FixedClock  # noqa: PLC0415 - the core loads when it runs
+    from handrail.gate import Gate  # noqa: PLC0415
+    from handrail.loop.agent import AgentLoop, read_run  # noqa: PLC0415
+    from handrail.loop.answers import EvidenceChecker  # noqa: PLC0415
+    from handrail.loop.models import ScriptedModelClient  # noqa: PLC0415
+
     registry = load_registry(app_target)
     opened = open_existing_store(store)
     try:

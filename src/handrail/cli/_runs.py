@@ -16,14 +16,12 @@ import json
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from handrail.adapters.transcript import AssistantTurn, Turn, UserTurn
-from handrail.calls import ToolCall
 from handrail.cli._common import (
     AppOption,
     CliError,
@@ -38,19 +36,18 @@ from handrail.cli._common import (
 from handrail.cli._raw import shown
 from handrail.cli._reconcile import open_existing_store
 from handrail.clock import SystemClock
-from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError, ErrorCode
-from handrail.gate import Gate
-from handrail.loop.agent import AgentLoop, RunData, RunOutcome, RunRefusedError, read_run
-from handrail.loop.answers import EvidenceChecker
-from handrail.loop.models import ScriptedModelClient
 from handrail.principal import Principal
-from handrail.record.batching import BatchingAuditSink
 from handrail.runs import RunRecord, RunState
 from handrail.signing import SigningKey
-from handrail.store.base import Store
-from handrail.writes.confirmation import Keyring
-from handrail.writes.service import Writes
+
+if TYPE_CHECKING:
+    from handrail.adapters.transcript import Turn
+    from handrail.calls import ToolCall
+    from handrail.declare.registry import Registry
+    from handrail.loop.agent import RunData, RunOutcome
+    from handrail.record.batching import BatchingAuditSink
+    from handrail.store.base import Store
 
 __all__ = ["print_turns", "runs_app", "shown_lines"]
 
@@ -76,6 +73,8 @@ def _time(at: datetime) -> str:
 
 def _data(record: RunRecord) -> RunData | None:
     """The loop's document of a run, or None when it is not one (never an error here)."""
+    from handrail.loop.agent import read_run  # noqa: PLC0415 - not for --help
+
     try:
         return read_run(record)
     except ConfigurationError:
@@ -156,6 +155,8 @@ def show_run(
     ] = False,
 ) -> None:
     """Show one run: state, steps, the plans it waits for, its end and its budget."""
+    from handrail.loop.agent import read_run  # noqa: PLC0415 - not for --help
+
     opened = open_existing_store(store)
     try:
         record = opened.get_run(run_id)
@@ -207,6 +208,8 @@ def cancel_run(
     A plan that already executed refuses the cancel: resume the run with it instead.
     --app supplies the plans' tools.
     """
+    from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415 - not for --help
+
     if not reason.strip():
         raise CliError("--reason must not be empty")
     if not tenant or not user:
@@ -238,6 +241,13 @@ async def _cancel(
     reason: str,
 ) -> RunOutcome:
     """`AgentLoop.cancel` as the run's user, under the run's own recorded budget."""
+    from handrail.gate import Gate  # noqa: PLC0415 - the core loads when a command runs
+    from handrail.loop.agent import AgentLoop, RunRefusedError, read_run  # noqa: PLC0415
+    from handrail.loop.answers import EvidenceChecker  # noqa: PLC0415
+    from handrail.loop.models import ScriptedModelClient  # noqa: PLC0415
+    from handrail.writes.confirmation import Keyring  # noqa: PLC0415
+    from handrail.writes.service import Writes  # noqa: PLC0415
+
     missing = CliError(f"no run {run_id!r} of user {user!r} in tenant {tenant!r}")
     record = await asyncio.to_thread(opened.get_run, run_id)
     if record is None or (record.tenant_id, record.user_id) != (tenant, user):
@@ -354,6 +364,8 @@ def _arguments(call: ToolCall) -> str:
 
 def print_turns(console: Console, turns: tuple[Turn, ...]) -> None:
     """Each turn, every text in it escaped for the terminal and printed as plain text."""
+    from handrail.adapters.transcript import AssistantTurn, UserTurn  # noqa: PLC0415
+
     console.print(Text(f"transcript, {len(turns)} turn(s)"))
     for turn in turns:
         if isinstance(turn, UserTurn):

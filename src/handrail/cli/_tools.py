@@ -7,21 +7,11 @@ Lists, specs and exports come from `Registry.exposed(principal)` only, so forbid
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from handrail.adapters import (
-    Adapter,
-    AnthropicAdapter,
-    DefinitionFormat,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
-    exposed_definitions,
-    from_wire_name,
-    to_wire_name,
-)
-from handrail.adapters.json_schema import tool_definition
+from handrail.adapters import DefinitionFormat, exposed_definitions, from_wire_name, to_wire_name
 from handrail.cli._common import (
     DEFAULT_APP,
     OPERATOR_TENANT,
@@ -42,7 +32,10 @@ from handrail.cli._common import (
     operator_principal,
     who,
 )
-from handrail.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from handrail.adapters.base import Adapter
+    from handrail.spec import ToolSpec
 
 __all__ = ["spec_document", "tools_app"]
 
@@ -90,6 +83,8 @@ def list_tools(
 
 def spec_document(spec: ToolSpec) -> dict[str, Any]:
     """Everything a spec declares, as JSON, with the model-facing schema last."""
+    from handrail.adapters.json_schema import tool_definition  # noqa: PLC0415 - not for --help
+
     neutral = tool_definition(spec)
     schema = neutral.pop("input_schema")
     return {
@@ -195,6 +190,12 @@ def export_tools(
 
 def _strict_adapter(fmt: DefinitionFormat) -> Adapter:
     """The adapter of `fmt` in strict mode; formats without one are refused."""
+    from handrail.adapters import (  # noqa: PLC0415 - not for --help
+        AnthropicAdapter,
+        OpenAIChatAdapter,
+        OpenAIResponsesAdapter,
+    )
+
     match fmt:
         case DefinitionFormat.OPENAI_CHAT:
             return OpenAIChatAdapter(strict=True)
