@@ -9,13 +9,12 @@ and the `handrail` command load no database driver, HTTP client, model SDK or py
 model they do not use; `from handrail import Gate` loads what the gate needs.
 """
 
-from __future__ import annotations
-
 import importlib
 import importlib.util
-from typing import TYPE_CHECKING
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:  # the names as mypy and IDEs see them; `_LAZY` says the same
+
     from handrail.app import Handrail
     from handrail.authz.guard import ConversationGuard, MemoryGuardState
     from handrail.authz.policy import (
