@@ -14,7 +14,6 @@ import importlib.util
 import typing
 
 if typing.TYPE_CHECKING:  # the names as mypy and IDEs see them; `_LAZY` says the same
-
     from handrail.app import Handrail
     from handrail.authz.guard import ConversationGuard, MemoryGuardState
     from handrail.authz.policy import (
