@@ -1,20 +1,23 @@
 """Run records: the durable state of one agent run, for suspend, resume and replay.
 
 Owns the record and its invariants (an opaque id, aware times, a version that only
-moves forward by one). The store keeps it with a compare-and-set on the version; what
-`data` holds (transcript, budget snapshot, pending plan, final answer) is the loop's.
-This module never reads `data` and never decides how a run moves.
+moves forward by one). The store keeps it with a compare-and-set on the version, and
+keeps its entries append-only: each write may add rows (a step's new turns, replies
+and log) without rewriting what is stored, so a long run costs the same per step as a
+short one. What `data` and the entries hold is the loop's. This module never reads
+them and never decides how a run moves.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["RunRecord", "RunState", "check_successor"]
+__all__ = ["RunRecord", "RunState", "check_entries", "check_successor"]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_NAME = 256  # the stores' column width for tenant and user ids
@@ -43,7 +46,10 @@ class RunRecord:
     """One stored run. `version` starts at 1 and each stored update adds exactly one.
 
     `data` is JSON text owned by the loop; the store keeps it verbatim. It must be
-    storable as text everywhere: no NUL characters and no lone surrogates.
+    storable as text everywhere: no NUL characters and no lone surrogates. `entries`
+    are the run's appended rows, oldest first: `insert_run` stores a record's own, and
+    each `update_run` appends the rows it is given (never rewriting stored ones);
+    `get_run` and `list_runs` read them all back.
     """
 
     run_id: str
@@ -54,6 +60,7 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     data: str
+    entries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -77,7 +84,10 @@ class RunRecord:
         state: RunState | None = None,
         data: str | None = None,
     ) -> RunRecord:
-        """The next version of this record, updated at `at`; store it with update_run."""
+        """The next version of this record, updated at `at`; store it with update_run.
+
+        Its `entries` stay those of this record: the rows a write appends are its own.
+        """
         return dataclasses.replace(
             self,
             state=self.state if state is None else state,
@@ -92,6 +102,12 @@ def check_successor(record: RunRecord, *, expect_version: int) -> None:
     if record.version != expect_version + 1:
         msg = "an updated run's version must be expect_version + 1"
         raise ValueError(msg)
+
+
+def check_entries(entries: Sequence[str]) -> None:
+    """Refuse entries a store could not keep as text (ValueError), as `data` is refused."""
+    for entry in entries:
+        _check_text(entry)
 
 
 def _naive(value: datetime) -> bool:
