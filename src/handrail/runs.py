@@ -46,10 +46,12 @@ class RunRecord:
     """One stored run. `version` starts at 1 and each stored update adds exactly one.
 
     `data` is JSON text owned by the loop; the store keeps it verbatim. It must be
-    storable as text everywhere: no NUL characters and no lone surrogates. `entries`
-    are the run's appended rows, oldest first: `insert_run` stores a record's own, and
-    each `update_run` appends the rows it is given (never rewriting stored ones);
-    `get_run` and `list_runs` read them all back.
+    storable as text everywhere: no NUL characters and no lone surrogates.
+
+    `entries` are rows only ever appended, text like `data`. On a record read from the
+    store they are all of the run's, oldest first. On a record written they are what
+    the write appends after the stored ones (`insert_run`: the first ones; stored rows
+    are never rewritten); `advanced` starts the next version with none.
     """
 
     run_id: str
@@ -83,15 +85,17 @@ class RunRecord:
         at: datetime,
         state: RunState | None = None,
         data: str | None = None,
+        entries: tuple[str, ...] = (),
     ) -> RunRecord:
         """The next version of this record, updated at `at`; store it with update_run.
 
-        Its `entries` stay those of this record: the rows a write appends are its own.
+        `entries` are what its write appends (none by default).
         """
         return dataclasses.replace(
             self,
             state=self.state if state is None else state,
             data=self.data if data is None else data,
+            entries=entries,
             version=self.version + 1,
             updated_at=at,
         )

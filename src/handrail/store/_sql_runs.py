@@ -85,12 +85,10 @@ class SqlRuns:
             "run insert", lambda c: c.execute(self._sql.insert_run, row).rowcount == 1, rows
         )
 
-    def update_run(
-        self, record: RunRecord, *, expect_version: int, entries: Sequence[str] = ()
-    ) -> bool:
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
         """Compare-and-set on the version (UPDATE ... WHERE run_id AND version), then entries."""
         check_successor(record, expect_version=expect_version)
-        check_entries(entries)
+        check_entries(record.entries)
         params = {
             "k_run": record.run_id,
             "k_version": expect_version,
@@ -99,14 +97,14 @@ class SqlRuns:
             "v_at": utc(record.updated_at),
             "v_data": record.data,
         }
-        if not entries:
+        if not record.entries:
             return self._write(
                 "run update",
                 lambda c: c.execute(UPDATE_RUN, params).rowcount == 1,
                 None,
                 single=True,
             )
-        rows = _entry_rows(record.run_id, record.version, entries)
+        rows = _entry_rows(record.run_id, record.version, record.entries)
         return self._appending(
             "run update", lambda c: c.execute(UPDATE_RUN, params).rowcount == 1, rows
         )

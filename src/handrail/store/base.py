@@ -206,20 +206,18 @@ class Store(Protocol):
     # --- runs --------------------------------------------------------------------------------
 
     def insert_run(self, record: RunRecord) -> bool:
-        """Store a new run and its `entries`; False (and nothing written) if its id is taken."""
+        """Store a new run with its entries; False (and nothing written) if its id is taken."""
         ...
 
-    def update_run(
-        self, record: RunRecord, *, expect_version: int, entries: Sequence[str] = ()
-    ) -> bool:
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
         """Write `record` over the stored run if that run is still at `expect_version`.
 
         `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
         Only state, version, updated_at and data change: the tenant, user and creation
-        time are fixed at insert. `entries` are appended after the run's stored ones in
-        the same transaction (`record.entries` is not written: stored rows are never
-        rewritten). False (nothing written) for an unknown or moved run. Entries a
-        store cannot keep as text (`check_entries`) are a ValueError, nothing asked.
+        time are fixed at insert. `record.entries` are appended after the run's stored
+        ones in the same transaction (stored rows are never rewritten). False (nothing
+        written) for an unknown or moved run. Entries a store cannot keep as text
+        (`check_entries`) are a ValueError, nothing asked.
         """
         ...
 

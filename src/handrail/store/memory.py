@@ -312,15 +312,13 @@ class MemoryStore:
             self._run_entries[record.run_id] = list(record.entries)
             return True
 
-    def update_run(
-        self, record: RunRecord, *, expect_version: int, entries: Sequence[str] = ()
-    ) -> bool:
-        """Compare-and-set the run on its version and append `entries`, under one lock.
+    def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
+        """Compare-and-set the run on its version and append its entries, under one lock.
 
         Identity fields stay as inserted; stored entries are never rewritten.
         """
         check_successor(record, expect_version=expect_version)
-        check_entries(entries)
+        check_entries(record.entries)
         with self._lock:
             found = self._runs.get(record.run_id)
             if found is None or found.version != expect_version:
@@ -332,7 +330,7 @@ class MemoryStore:
                 updated_at=record.updated_at.astimezone(UTC),
                 data=record.data,
             )
-            self._run_entries[record.run_id].extend(entries)
+            self._run_entries[record.run_id].extend(record.entries)
             return True
 
     def get_run(self, run_id: str) -> RunRecord | None:
