@@ -45,6 +45,8 @@ __all__ = [
     "RunStatus",
     "StepLog",
     "budget_json",
+    "call_json",
+    "call_of",
     "dump_turn",
     "end_json",
     "load_turn",
@@ -315,7 +317,7 @@ def _budget_of(doc: _Limits) -> RunBudget:
 # --- turns --------------------------------------------------------------------------------------
 
 
-def _call_json(call: ToolCall) -> dict[str, Any]:
+def call_json(call: ToolCall) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": call.id, "name": call.name, "provider": call.provider}
     if isinstance(call.arguments, bytes):
         entry["arguments_base64"] = base64.b64encode(call.arguments).decode("ascii")
@@ -333,7 +335,7 @@ def turn_json(turn: Turn) -> dict[str, Any]:
         return {
             "kind": "assistant",
             "text": turn.text,
-            "calls": [_call_json(call) for call in turn.calls],
+            "calls": [call_json(call) for call in turn.calls],
         }
     return {
         "kind": "results",
@@ -342,6 +344,15 @@ def turn_json(turn: Turn) -> dict[str, Any]:
             for r in turn.results
         ],
     }
+
+
+def call_of(item: object) -> ToolCall:
+    """The call `call_json` wrote; ConfigurationError for anything else."""
+    try:
+        return _call_of(_Call.model_validate(item))
+    except pydantic.ValidationError as exc:
+        msg = "a stored call is not a call"
+        raise ConfigurationError(msg) from exc
 
 
 def _call_of(doc: _Call) -> ToolCall:

@@ -24,6 +24,8 @@ from handrail.errors import ConfigurationError
 from handrail.loop._agent_record import (
     RunData,
     budget_json,
+    call_json,
+    call_of,
     end_json,
     step_json,
     turn_json,
@@ -59,8 +61,8 @@ class RunLog:
     keys: int = 0
     history: bool = False
     base: list[Any] = field(default_factory=list)
-    admitted: list[list[str]] = field(default_factory=list)
-    """Identities (tool, arguments fingerprint) of calls admitted since the last entry."""
+    admitted: list[list[Any]] = field(default_factory=list)
+    """[tool, call] of each call admitted since the last entry; a reader fingerprints it."""
 
     @classmethod
     def of(cls, data: RunData, record: RunRecord | None) -> RunLog:
@@ -79,7 +81,7 @@ class RunLog:
 
     def admit(self, tool: str, call: ToolCall) -> None:
         """Note a call the budget admitted (its identical-call count went up by one)."""
-        self.admitted.append([tool, arguments_fingerprint(call.arguments)])
+        self.admitted.append([tool, call_json(call)])
 
     def header(self, data: RunData) -> str:
         """The run's header as ASCII JSON text: `data` without what entries hold."""
@@ -149,7 +151,7 @@ class _Entry(pydantic.BaseModel):
     replies: list[Any]
     steps: list[Any]
     keys: list[Any]
-    admitted: list[tuple[pydantic.StrictStr, pydantic.StrictStr]]
+    admitted: list[tuple[pydantic.StrictStr, dict[str, Any]]]
     history: list[Any] | None = None
 
 
@@ -200,8 +202,9 @@ def _assembled(header: _Header, entries: Sequence[_Entry]) -> str:
         replies.extend(entry.replies)
         steps.extend(entry.steps)
         keys.extend(entry.keys)
-        for tool, key in entry.admitted:
-            identical[(tool, key)] = identical.get((tool, key), 0) + 1
+        for tool, call in entry.admitted:
+            identity = (tool, arguments_fingerprint(call_of(call).arguments))
+            identical[identity] = identical.get(identity, 0) + 1
     budget = dict(header.budget)
     budget[_IDENTICAL] = [[tool, key, count] for (tool, key), count in identical.items()]
     document = {
