@@ -29,6 +29,12 @@ MemoryStore. Nothing here asserts a time.
     .venv/bin/python bench/loop_overhead.py                  # Handrail only
     /tmp/benchvenv/bin/python bench/loop_overhead.py --peers # plus Pydantic AI, Agents SDK
     .venv/bin/python bench/loop_overhead.py --quick --json out.json
+    .venv/bin/python bench/loop_overhead.py --growth --rounds 5 --runs 3 # N = 10 vs 200
+
+With --growth, only the AgentLoop paths are measured, each at N = 10 and N = 200 (or
+--sizes), every size against runs of 0 as above; reported per path: µs per call at each
+size and the median of same-round ratios largest / smallest (issue 15's target: <= 1.2,
+a run's steps appended rather than the whole run rewritten each step).
 """
 
 from __future__ import annotations
@@ -144,6 +150,8 @@ class Case:
     group: str = "handrail"
     reset: Callable[[], None] | None = None
     """Not timed, after each round's runs (for example: drop captured audit events)."""
+    calls: int | None = None
+    """Tool calls per run for this case; None: the command line's --calls."""
     per_call: list[float] = field(default_factory=list)
     """Marginal µs per tool call, one per round."""
     fixed: list[float] = field(default_factory=list)
@@ -410,6 +418,50 @@ def agent_loop_cases(stack: contextlib.ExitStack, *, sqlite: bool = True) -> lis
     return cases
 
 
+# --- growth: does a tool call cost more in a long run? ---------------------------------------
+
+
+def growth_cases(stack: contextlib.ExitStack, sizes: tuple[int, ...]) -> list[Case]:
+    """The AgentLoop paths (MemoryStore, SQLite file) once per run size in `sizes`.
+
+    Each size of one path shares that path's run function (and store): only the number
+    of tool calls per run differs, so the ratio of their per-call costs shows growth.
+    """
+    return [
+        Case(
+            key=f"{base.key}@{size}",
+            label=f"{base.label}, N = {size}",
+            api=base.api,
+            run=base.run,
+            calls=size,
+        )
+        for base in agent_loop_cases(stack)
+        for size in sizes
+    ]
+
+
+def growth_findings(cases: list[Case], sizes: tuple[int, ...]) -> list[str]:
+    """Per path: µs per call at each size, and the same-round ratio largest / smallest."""
+    by_key = {case.key: case for case in cases}
+    small, large = min(sizes), max(sizes)
+    out: list[str] = []
+    for path, name in ((AGENT_MEMORY, "MemoryStore"), (AGENT_SQLITE, "SQLite file")):
+        low, high = by_key.get(f"{path}@{small}"), by_key.get(f"{path}@{large}")
+        if low is None or high is None:
+            continue
+        ratio = same_round_ratio(high.per_call, low.per_call)
+        verdict = "met" if ratio <= GROWTH_TARGET else "NOT met"
+        out.append(
+            f"AgentLoop ({name}): {summary(low.per_call).median:.1f} µs per call at N = "
+            f"{small}, {summary(high.per_call).median:.1f} at N = {large}; ratio "
+            f"{ratio:.2f} (same-round median; target <= {GROWTH_TARGET}: {verdict})"
+        )
+    return out
+
+
+GROWTH_TARGET = 1.2
+
+
 # --- peers ------------------------------------------------------------------------------------
 
 
@@ -579,15 +631,16 @@ async def measure(cases: list[Case], *, rounds: int, calls: int, runs: int, warm
     """Check, warm up, then measure every case over `rounds` interleaved rounds."""
 
     async def prepare(case: Case) -> None:
-        await check(case, min(calls, 3))
+        size = case.calls or calls
+        await check(case, min(size, 3))
         for _ in range(warmup):
-            await case.run(calls)
+            await case.run(size)
             await case.run(0)
         if case.reset is not None:
             case.reset()
 
     async def sample(case: Case) -> None:
-        await measure_round(case, calls=calls, runs=runs)
+        await measure_round(case, calls=case.calls or calls, runs=runs)
 
     await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
 
@@ -691,7 +744,7 @@ def environment(args: argparse.Namespace) -> dict[str, object]:
     """What the numbers were measured on."""
     settings: dict[str, object] = {
         "rounds": args.rounds,
-        "calls_per_run": args.calls,
+        "calls_per_run": list(args.sizes) if args.growth else args.calls,
         "runs_per_round": args.runs,
         "warmup_runs": args.warmup,
     }
@@ -713,6 +766,26 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
     """Build the cases and measure them interleaved."""
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
+        if args.growth:
+            cases = growth_cases(stack, args.sizes)
+            await measure(
+                cases, rounds=args.rounds, calls=args.calls, runs=args.runs, warmup=args.warmup
+            )
+            stats = [
+                Stats(
+                    key=case.key,
+                    label=case.label,
+                    group=case.group,
+                    api=case.api,
+                    median_us=summary(case.per_call).median,
+                    min_us=summary(case.per_call).minimum,
+                    fixed_us=summary(case.fixed).median,
+                    vs_handrail=float("nan"),
+                    rounds_us=summary(case.per_call).rounds,
+                )
+                for case in cases
+            ]
+            return stats, growth_findings(cases, args.sizes)
         cases = [*handrail_cases(), *agent_loop_cases(stack, sqlite=args.sqlite)]
         if args.peers:
             more, skipped = await peer_cases()
@@ -735,6 +808,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="warm-up runs per path (default 5)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
     parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="measure only the AgentLoop paths at each of --sizes calls per run, and the "
+        "ratio of their per-call costs (does a call cost more in a long run?)",
+    )
+    parser.add_argument(
+        "--sizes",
+        default="10,200",
+        help="with --growth: run sizes, comma-separated (default 10,200)",
+    )
+    parser.add_argument(
         "--no-sqlite",
         dest="sqlite",
         action="store_false",
@@ -746,6 +830,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.calls = args.calls or 50
     args.runs = args.runs or (4 if quick else 10)
     args.warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    try:
+        args.sizes = tuple(sorted({int(size) for size in args.sizes.split(",")}))
+    except ValueError:
+        parser.error("--sizes is a comma-separated list of numbers")
+    if len(args.sizes) < 2 or min(args.sizes) < 1:
+        parser.error("--sizes needs two or more positive sizes")
     if args.rounds < 1 or args.calls < 1 or args.runs < 1 or args.warmup < 0:
         parser.error("--rounds, --calls and --runs must be positive, --warmup not negative")
     return args
@@ -756,6 +846,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stats, notes = asyncio.run(run(args))
     env = environment(args)
+    if args.growth:
+        print(
+            f"Growth of the AgentLoop's cost per tool call: runs of N = "
+            f"{', '.join(map(str, args.sizes))} calls, each against runs of 0; {args.rounds} "
+            f"rounds x {args.runs} runs per path, interleaved; Python {env['python']}, "
+            f"{env['cpus']} CPUs.",
+        )
+        print()
+        print(_table(stats))
+        print()
+        print("\n".join(notes))
+        if args.json:
+            results = [s.__dict__ for s in stats]
+            payload = {"environment": env, "results": results, "findings": notes}
+            args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        return 0
     print(
         f"Loop overhead per tool call: runs of {args.calls} turns of one echo call vs runs "
         f"of 0; {args.rounds} rounds x {args.runs} runs of each per path, interleaved; "

@@ -35,6 +35,7 @@ STORE_TABLES = (
     "executions",
     "raw_results",
     "runs",
+    "run_entries",
     "conversations",
     "conversation_turns",
 )

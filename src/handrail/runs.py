@@ -1,20 +1,23 @@
 """Run records: the durable state of one agent run, for suspend, resume and replay.
 
 Owns the record and its invariants (an opaque id, aware times, a version that only
-moves forward by one). The store keeps it with a compare-and-set on the version; what
-`data` holds (transcript, budget snapshot, pending plan, final answer) is the loop's.
-This module never reads `data` and never decides how a run moves.
+moves forward by one). The store keeps it with a compare-and-set on the version, and
+keeps its entries append-only: each write may add rows (a step's new turns, replies
+and log) without rewriting what is stored, so a long run costs the same per step as a
+short one. What `data` and the entries hold is the loop's. This module never reads
+them and never decides how a run moves.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["RunRecord", "RunState", "check_successor"]
+__all__ = ["RunRecord", "RunState", "check_entries", "check_successor"]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_NAME = 256  # the stores' column width for tenant and user ids
@@ -44,6 +47,11 @@ class RunRecord:
 
     `data` is JSON text owned by the loop; the store keeps it verbatim. It must be
     storable as text everywhere: no NUL characters and no lone surrogates.
+
+    `entries` are rows only ever appended, text like `data`. On a record read from the
+    store they are all of the run's, oldest first. On a record written they are what
+    the write appends after the stored ones (`insert_run`: the first ones; stored rows
+    are never rewritten); `advanced` starts the next version with none.
     """
 
     run_id: str
@@ -54,6 +62,7 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     data: str
+    entries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -76,12 +85,17 @@ class RunRecord:
         at: datetime,
         state: RunState | None = None,
         data: str | None = None,
+        entries: tuple[str, ...] = (),
     ) -> RunRecord:
-        """The next version of this record, updated at `at`; store it with update_run."""
+        """The next version of this record, updated at `at`; store it with update_run.
+
+        `entries` are what its write appends (none by default).
+        """
         return dataclasses.replace(
             self,
             state=self.state if state is None else state,
             data=self.data if data is None else data,
+            entries=entries,
             version=self.version + 1,
             updated_at=at,
         )
@@ -92,6 +106,12 @@ def check_successor(record: RunRecord, *, expect_version: int) -> None:
     if record.version != expect_version + 1:
         msg = "an updated run's version must be expect_version + 1"
         raise ValueError(msg)
+
+
+def check_entries(entries: Sequence[str]) -> None:
+    """Refuse entries a store could not keep as text (ValueError), as `data` is refused."""
+    for entry in entries:
+        _check_text(entry)
 
 
 def _naive(value: datetime) -> bool:

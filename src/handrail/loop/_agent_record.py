@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -35,9 +35,6 @@ from handrail.errors import ConfigurationError
 from handrail.loop.budgets import ModelPrice, PriceTable, RunBudget
 from handrail.loop.models import ModelReply, cassette_items, parse_cassette
 
-if TYPE_CHECKING:
-    from handrail.runs import RunRecord
-
 __all__ = [
     "DOCUMENT_VERSION",
     "CallOutcome",
@@ -48,16 +45,21 @@ __all__ = [
     "RunStatus",
     "StepLog",
     "budget_json",
+    "call_json",
+    "call_of",
     "dump_turn",
+    "end_json",
     "load_turn",
     "outcomes",
-    "read_run",
+    "step_json",
+    "turn_json",
 ]
 
 DOCUMENT_VERSION = 2
-"""Version of the run document; a stored run of another version is refused.
+"""Version of the whole run document (`to_json`); a document of another version is refused.
 
-Version 1 had no history: it reads as a run that started from none.
+Version 1 had no history: it reads as a run that started from none. A run is stored
+as a header and appended entries (`_run_log`, version 3), read back into this document.
 """
 _READABLE = frozenset({1, DOCUMENT_VERSION})
 
@@ -191,19 +193,19 @@ class RunData:
             "principal": self.principal,
             "limits": budget_json(self.limits),
             "budget": dict(self.budget),
-            "transcript": [_turn_json(turn) for turn in self.transcript],
-            "history": [_turn_json(turn) for turn in self.history],
+            "transcript": [turn_json(turn) for turn in self.transcript],
+            "history": [turn_json(turn) for turn in self.history],
             "conversation": None
             if self.conversation is None
             else {"id": self.conversation.conversation_id, "start": self.conversation.start},
             # The cassette's objects as they are: no indent, no decode and encode again.
             "replies": cassette_items(self.replies),
-            "steps": [_step_json(step) for step in self.steps],
+            "steps": [step_json(step) for step in self.steps],
             "pending": [
                 {"plan_id": p.plan_id, "call_id": p.call_id, "tool": p.tool} for p in self.pending
             ],
             "keys": list(self.keys),
-            "end": None if self.end is None else _end_json(self.end),
+            "end": None if self.end is None else end_json(self.end),
         }
         return json.dumps(document, allow_nan=False, separators=(",", ":"))
 
@@ -315,7 +317,7 @@ def _budget_of(doc: _Limits) -> RunBudget:
 # --- turns --------------------------------------------------------------------------------------
 
 
-def _call_json(call: ToolCall) -> dict[str, Any]:
+def call_json(call: ToolCall) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": call.id, "name": call.name, "provider": call.provider}
     if isinstance(call.arguments, bytes):
         entry["arguments_base64"] = base64.b64encode(call.arguments).decode("ascii")
@@ -326,14 +328,14 @@ def _call_json(call: ToolCall) -> dict[str, Any]:
     return entry
 
 
-def _turn_json(turn: Turn) -> dict[str, Any]:
+def turn_json(turn: Turn) -> dict[str, Any]:
     if isinstance(turn, UserTurn):
         return {"kind": "user", "text": turn.text}
     if isinstance(turn, AssistantTurn):
         return {
             "kind": "assistant",
             "text": turn.text,
-            "calls": [_call_json(call) for call in turn.calls],
+            "calls": [call_json(call) for call in turn.calls],
         }
     return {
         "kind": "results",
@@ -342,6 +344,15 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
             for r in turn.results
         ],
     }
+
+
+def call_of(item: object) -> ToolCall:
+    """The call `call_json` wrote; ConfigurationError for anything else."""
+    try:
+        return _call_of(_Call.model_validate(item))
+    except pydantic.ValidationError as exc:
+        msg = "a stored call is not a call"
+        raise ConfigurationError(msg) from exc
 
 
 def _call_of(doc: _Call) -> ToolCall:
@@ -371,7 +382,7 @@ def _turn_of(doc: _User | _Assistant | _Results) -> Turn:
 
 def dump_turn(turn: Turn) -> str:
     """One turn as ASCII JSON text, as a run's document holds it (a conversation's row)."""
-    return json.dumps(_turn_json(turn), allow_nan=False, separators=(",", ":"))
+    return json.dumps(turn_json(turn), allow_nan=False, separators=(",", ":"))
 
 
 def load_turn(text: str) -> Turn:
@@ -383,7 +394,7 @@ def load_turn(text: str) -> Turn:
         raise ConfigurationError(msg) from exc
 
 
-def _step_json(step: StepLog) -> dict[str, Any]:
+def step_json(step: StepLog) -> dict[str, Any]:
     return {
         "kind": step.kind,
         "plan_id": step.plan_id,
@@ -394,7 +405,7 @@ def _step_json(step: StepLog) -> dict[str, Any]:
     }
 
 
-def _end_json(end: RunEnd) -> dict[str, Any]:
+def end_json(end: RunEnd) -> dict[str, Any]:
     return {
         "status": end.status.value,
         "answer": None if end.answer is None else dict(end.answer),
@@ -517,8 +528,3 @@ class _Document(pydantic.BaseModel):
 def outcomes(envelopes: Sequence[Envelope]) -> tuple[CallOutcome, ...]:
     """The outcomes of a turn's envelopes, in order."""
     return tuple(CallOutcome.of(envelope) for envelope in envelopes)
-
-
-def read_run(record: RunRecord) -> RunData:
-    """The loop's document of a stored run; ConfigurationError if it is not one."""
-    return RunData.parse(record.data)

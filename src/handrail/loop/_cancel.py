@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from handrail.errors import ConfigurationError, ErrorCode, WriteRefusedError
-from handrail.loop._agent_record import read_run
+from handrail.loop._run_log import read_run
 from handrail.loop._session import RunRefusedError
 from handrail.plans import PlanState
 from handrail.runs import RunRecord, RunState

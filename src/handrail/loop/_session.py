@@ -19,6 +19,7 @@ from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
 from handrail.errors import AccessRefusedError, ErrorCode, WriteRefusedError
 from handrail.execution import command_key
 from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
+from handrail.loop._run_log import RunLog
 from handrail.loop._streaming import Observer
 from handrail.loop.budgets import BudgetTracker
 from handrail.loop.models import ModelClient, ModelReply
@@ -87,6 +88,8 @@ class Session:
     """While replaying: the run being replayed."""
     observer: Observer = field(default_factory=Observer)
     """The hooks and stream of a live drive (`_streaming.observed`); quiet otherwise."""
+    log: RunLog = field(default_factory=RunLog)
+    """What of the run the store holds, so a save appends only the rest (`_run_log`)."""
 
     @classmethod
     def of(
@@ -100,11 +103,13 @@ class Session:
         record: RunRecord | None,
         conversation: str | None = None,
         history: Sequence[Turn] = (),
+        log: RunLog | None = None,
     ) -> Session:
         """A session that goes on from `data`, a run's document, after `history`.
 
         `conversation` is the run's stored conversation, else its run id, unless given
-        (a replay gives its own).
+        (a replay gives its own). `log` says what the store holds; by default what
+        `record` (read from the store, or None) holds.
         """
         if conversation is None:
             ref = data.conversation
@@ -123,6 +128,7 @@ class Session:
             steps=list(data.steps),
             pending=list(data.pending),
             keys=list(data.keys),
+            log=RunLog.of(data, record) if log is None else log,
         )
 
     def snapshot(self, end: RunEnd | None = None) -> RunData:

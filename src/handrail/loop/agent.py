@@ -34,7 +34,6 @@ from handrail.loop._agent_record import (
     RunStatus,
     StepLog,
     outcomes,
-    read_run,
 )
 from handrail.loop._cancel import (
     cancelled_text,
@@ -50,6 +49,7 @@ from handrail.loop._replay import (
     replay_session,
     replayed_calls,
 )
+from handrail.loop._run_log import RunLog, read_run
 from handrail.loop._session import (
     RunRefusedError,
     Session,
@@ -228,6 +228,7 @@ class AgentLoop:
             conversation=opened.ref,
         )
         now = self._clock.now()
+        log = RunLog()
         record = RunRecord(
             run_id=run_id,
             tenant_id=principal.tenant_id,
@@ -236,11 +237,13 @@ class AgentLoop:
             version=1,
             created_at=now,
             updated_at=now,
-            data=data.to_json(),
+            data=log.header(data),
+            entries=(log.entry(data),),
         )
         if not await self._io(self._store.insert_run, record):
             await self._conversations.release(opened, run_id)
             raise RunRefusedError(ErrorCode.CONFLICT, "A run with this id exists.")
+        log.stored(data)
         tracker.start()
         session = Session.of(
             data,
@@ -250,6 +253,7 @@ class AgentLoop:
             model=self._model,
             record=record,
             history=opened.history,
+            log=log,
         )
         return await self._drive(session, self._live)
 
@@ -301,6 +305,7 @@ class AgentLoop:
         # Fail closed: none of the turn's calls runs once one of them is refused.
         for call in calls:
             s.tracker.admit_call(call)
+            s.log.admit(call.name, call)
         envelopes = await runner(calls, s)
         trip: BudgetExhausted | None = None
         for call, envelope in zip(calls, envelopes, strict=True):
@@ -381,15 +386,23 @@ class AgentLoop:
     async def _save(self, s: Session, state: RunState, end: RunEnd | None = None) -> None:
         """Store the session as the run's next version; CONFLICT if another moved it.
 
-        A run that stops appends its turns to its conversation first (`_conversation`).
+        The header moves by compare-and-set and one entry with what the run added since
+        its last version is appended, in one transaction (`_run_log`). A run that stops
+        appends its turns to its conversation first (`_conversation`).
         """
         s.data = s.snapshot(end)
         if s.record is None:
             return
         synced = state is RunState.RUNNING or await self._conversations.sync(s)
-        record = s.record.advanced(at=self._clock.now(), state=state, data=s.data.to_json())
+        record = s.record.advanced(
+            at=self._clock.now(),
+            state=state,
+            data=s.log.header(s.data),
+            entries=(s.log.entry(s.data),),
+        )
         if not await self._io(self._store.update_run, record, expect_version=s.record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run was changed by another process.")
+        s.log.stored(s.data)
         s.record = record
         if not synced:
             raise RunRefusedError(ErrorCode.CONFLICT, "The run's conversation moved on without it.")

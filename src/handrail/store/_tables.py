@@ -139,6 +139,15 @@ runs = sa.Table(
     sa.Index("ix_runs_tenant_updated", "tenant_id", "updated_at"),
 )
 
+run_entries = sa.Table(
+    "run_entries",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("n", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("data", sa.Text(), nullable=False),
+)
+
 conversations = sa.Table(
     "conversations",
     metadata,

@@ -206,7 +206,7 @@ class Store(Protocol):
     # --- runs --------------------------------------------------------------------------------
 
     def insert_run(self, record: RunRecord) -> bool:
-        """Store a new run; False (and nothing written) if its id is taken."""
+        """Store a new run with its entries; False (and nothing written) if its id is taken."""
         ...
 
     def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
@@ -214,12 +214,15 @@ class Store(Protocol):
 
         `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
         Only state, version, updated_at and data change: the tenant, user and creation
-        time are fixed at insert. False (nothing written) for an unknown or moved run.
+        time are fixed at insert. `record.entries` are appended after the run's stored
+        ones in the same transaction (stored rows are never rewritten). False (nothing
+        written) for an unknown or moved run. Entries a store cannot keep as text
+        (`check_entries`) are a ValueError, nothing asked.
         """
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        """The run of an id, or None."""
+        """The run of an id with its entries (those its version stored, in order), or None."""
         ...
 
     def list_runs(
@@ -230,7 +233,10 @@ class Store(Protocol):
         user_id: str | None = None,
         limit: int = 50,
     ) -> list[RunRecord]:
-        """Matching runs, most recently updated first (ties: greater run id first)."""
+        """Matching runs with their entries, most recently updated first.
+
+        Ties: greater run id first.
+        """
         ...
 
     # --- conversations -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from handrail.events import AuditEvent, storable_events
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
-from handrail.runs import RunRecord, RunState, check_successor
+from handrail.runs import RunRecord, RunState, check_entries, check_successor
 from handrail.spec import ConfirmationMode
 
 __all__ = ["MemoryStore"]
@@ -38,6 +38,7 @@ class MemoryStore:
         self._executions: dict[str, ExecutionRecord] = {}
         self._raw: dict[str, RawRecord] = {}
         self._runs: dict[str, RunRecord] = {}
+        self._run_entries: dict[str, list[str]] = {}
         self._conversations: dict[str, ConversationRecord] = {}
         self._turns: dict[str, list[str]] = {}
 
@@ -301,17 +302,23 @@ class MemoryStore:
         return [dataclasses.replace(r, body=b"") for r in found[: max(0, limit)]]
 
     def insert_run(self, record: RunRecord) -> bool:
-        """Store a new run unless its id is taken."""
+        """Store a new run, with its entries, unless its id is taken."""
+        check_entries(record.entries)
         record = _utc_run(record)
         with self._lock:
             if record.run_id in self._runs:
                 return False
-            self._runs[record.run_id] = record
+            self._runs[record.run_id] = dataclasses.replace(record, entries=())
+            self._run_entries[record.run_id] = list(record.entries)
             return True
 
     def update_run(self, record: RunRecord, *, expect_version: int) -> bool:
-        """Compare-and-set the run on its version; identity fields stay as inserted."""
+        """Compare-and-set the run on its version and append its entries, under one lock.
+
+        Identity fields stay as inserted; stored entries are never rewritten.
+        """
         check_successor(record, expect_version=expect_version)
+        check_entries(record.entries)
         with self._lock:
             found = self._runs.get(record.run_id)
             if found is None or found.version != expect_version:
@@ -323,12 +330,16 @@ class MemoryStore:
                 updated_at=record.updated_at.astimezone(UTC),
                 data=record.data,
             )
+            self._run_entries[record.run_id].extend(record.entries)
             return True
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        """The run of an id."""
+        """The run of an id, with its entries."""
         with self._lock:
-            return self._runs.get(run_id)
+            found = self._runs.get(run_id)
+            if found is None:
+                return None
+            return dataclasses.replace(found, entries=tuple(self._run_entries[run_id]))
 
     def list_runs(
         self,
@@ -338,10 +349,10 @@ class MemoryStore:
         user_id: str | None = None,
         limit: int = 50,
     ) -> list[RunRecord]:
-        """Matching runs, most recently updated first."""
+        """Matching runs with their entries, most recently updated first."""
         with self._lock:
             found = [
-                r
+                dataclasses.replace(r, entries=tuple(self._run_entries[r.run_id]))
                 for r in self._runs.values()
                 if (tenant_id is None or r.tenant_id == tenant_id)
                 and (state is None or r.state is state)
