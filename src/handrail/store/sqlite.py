@@ -9,11 +9,16 @@ Queries live in `SqlStore`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from handrail.errors import StoreError
+from handrail.events import AuditEvent, storable_events
+from handrail.store._rows import EVENT_FIELDS, SUBJECT_FIELDS
 from handrail.store.sql import SqlStore
 
 __all__ = ["SqliteStore"]
@@ -42,6 +47,54 @@ def _begin(connection: sa.Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+_AUDIT_COLUMNS = (*EVENT_FIELDS, *SUBJECT_FIELDS)
+_INSERT_AUDIT = (
+    f"INSERT INTO audit_events ({', '.join(_AUDIT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _AUDIT_COLUMNS)})"
+)
+# SQLAlchemy's SQLite DATETIME keeps "YYYY-MM-DD HH:MM:SS.ffffff", the wall-clock fields
+# without the offset; `isoformat` writes exactly that, and the offset after it is cut.
+_STORED_TIME = len("2026-01-01 00:00:00.000000")
+
+
+def _audit_rows(events: Sequence[AuditEvent]) -> list[tuple[object, ...]] | None:
+    """The rows of `events` as the DB-API binds them; None if one needs SQLAlchemy's types.
+
+    A plain datetime is formatted here as SQLAlchemy's DATETIME would; an event with
+    anything else in `at` (never one the auditor made) takes the general path instead.
+    """
+    rows: list[tuple[object, ...]] = []
+    add = rows.append
+    for event in events:
+        at = event.at
+        if type(at) is not datetime:
+            return None
+        s = event.subject
+        # Written out, not looped: this runs for every event the writer stores. The
+        # order is `_AUDIT_COLUMNS`: EVENT_FIELDS, then SUBJECT_FIELDS.
+        add(
+            (
+                event.event_id,
+                at.isoformat(" ", "microseconds")[:_STORED_TIME],
+                event.kind,
+                event.stage,
+                event.decision,
+                event.code,
+                event.duration_ms,
+                event.detail,
+                s.request_id,
+                s.tool_call_id,
+                s.tool,
+                s.schema_version,
+                s.args_hash,
+                s.args_summary,
+                s.user_id,
+                s.tenant_id,
+            ),
+        )
+    return rows
+
+
 class SqliteStore(SqlStore):
     """A Store in one SQLite file; `open` creates the folder, the file and the schema."""
 
@@ -57,6 +110,25 @@ class SqliteStore(SqlStore):
         if migrate:
             store.migrate()
         return store
+
+    def append_audit(self, events: Sequence[AuditEvent]) -> None:
+        """Insert events in one transaction, as `storable_events` makes them.
+
+        The rows go straight to the driver's executemany (no per-row type processing):
+        this runs on the audit writer's thread for every event, holding the GIL.
+        """
+        if not events:
+            return
+        stored = storable_events(events)
+        rows = _audit_rows(stored)
+        if rows is None:
+            super().append_audit(stored)
+            return
+        try:
+            with self.engine.begin() as connection:
+                connection.exec_driver_sql(_INSERT_AUDIT, rows)  # type: ignore[arg-type]
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"audit write failed: {type(exc).__name__}") from exc
 
     def journal_mode(self) -> str:
         """The journal mode in force, for checks and diagnostics."""
