@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from handrail.events import AuditEvent
 from handrail.errors import ConfigurationError
+from handrail.events import AuditEvent
 from handrail.record.batching import BatchingAuditSink
 from handrail.store import MemoryStore, SqliteStore
 

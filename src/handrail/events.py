@@ -120,7 +120,7 @@ _SET_EVENT = tuple(
 _new_object = object.__new__
 
 
-def event_of(  # noqa: PLR0913 - one argument per field, positional for speed
+def event_of(  # noqa: PLR0917 - one argument per field, positional for speed
     event_id: str,
     at: datetime,
     kind: str,

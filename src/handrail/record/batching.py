@@ -222,9 +222,7 @@ class BatchingAuditSink:
             self._urgent += 1
             self._work.notify()
             try:
-                self._progress.wait_for(
-                    lambda: self._handled >= target or self._dead, timeout=wait
-                )
+                self._progress.wait_for(lambda: self._handled >= target or self._dead, timeout=wait)
             finally:
                 self._urgent -= 1
             self._raise_if_unwritten(target, wait)

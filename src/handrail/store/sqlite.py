@@ -64,7 +64,7 @@ _STORED_TIME = len("2026-01-01 00:00:00.000000")
 @functools.lru_cache(maxsize=_ROWS_PER_INSERT)
 def _insert_audit(rows: int) -> str:
     return (
-        f"INSERT INTO audit_events ({', '.join(_AUDIT_COLUMNS)}) "
+        f"INSERT INTO audit_events ({', '.join(_AUDIT_COLUMNS)}) "  # noqa: S608 - fixed column names
         f"VALUES {', '.join(_ROW for _ in range(rows))}"
     )
 
