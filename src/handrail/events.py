@@ -20,6 +20,7 @@ __all__ = [
     "STORED_WIDTHS",
     "AuditEvent",
     "AuditSubject",
+    "event_of",
     "fit_text",
     "storable_events",
 ]
@@ -98,6 +99,54 @@ class AuditEvent:
     def tenant_id(self) -> str | None:
         """The principal's tenant."""
         return self.subject.tenant_id
+
+
+# The slots' setters, for `event_of`: the frozen __init__ goes through object.__setattr__
+# and keyword handling for each field, at more than twice the cost.
+_SET_EVENT = tuple(
+    getattr(AuditEvent, name).__set__
+    for name in (
+        "event_id",
+        "at",
+        "kind",
+        "stage",
+        "decision",
+        "subject",
+        "code",
+        "duration_ms",
+        "detail",
+    )
+)
+_new_object = object.__new__
+
+
+def event_of(  # noqa: PLR0917 - one argument per field, positional for speed
+    event_id: str,
+    at: datetime,
+    kind: str,
+    stage: str,
+    decision: str,
+    subject: AuditSubject,
+    code: str | None,
+    duration_ms: float | None,
+    detail: str | None,
+) -> AuditEvent:
+    """The same AuditEvent as the keyword constructor makes, built faster.
+
+    For the auditor, which builds one event per stage of every call.
+    """
+    event: AuditEvent = _new_object(AuditEvent)
+    e_id, e_at, e_kind, e_stage, e_decision, e_subject, e_code, e_duration, e_detail = _SET_EVENT
+    e_id(event, event_id)
+    e_at(event, at)
+    e_kind(event, kind)
+    e_stage(event, stage)
+    e_decision(event, decision)
+    e_subject(event, subject)
+    e_code(event, code)
+    e_duration(event, duration_ms)
+    e_detail(event, detail)
+    return event
 
 
 # The widths of the stored audit row (None: unbounded text). Every store clips to them.

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from handrail.events import NO_SUBJECT, AuditEvent, AuditSubject
+from handrail.events import NO_SUBJECT, AuditEvent, AuditSubject, event_of
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
@@ -123,10 +123,45 @@ class Auditor:
         """Send events to the sink, if there is one, scrubbed if a scrubber is set."""
         if self._sink is not None and events:
             if self._scrub is not None:
-                # The events of one call share their subject: scrub each text once.
-                scrub = functools.lru_cache(maxsize=64)(self._scrub)
-                events = [_scrubbed(event, scrub) for event in events]
+                events = _scrubbed(events, self._scrub)
             self._sink.emit(events)
+
+    def emit_stages(
+        self,
+        subject: AuditSubject,
+        stages: Sequence[tuple[str, str, str | None, str | None, float, datetime]],
+        *,
+        kind: str = "call",
+    ) -> None:
+        """Emit one event per stage, all about `subject`, in one batch.
+
+        A stage is (stage, decision, code, detail, seconds it took, when it ended). The
+        same events as `emit` of `event(...)` for each stage, built and scrubbed with
+        less work: the shared subject's summary is scrubbed once.
+        """
+        sink = self._sink
+        if sink is None or not stages:
+            return
+        scrub = self._scrub
+        if scrub is not None:
+            subject = _scrubbed_subject(subject, scrub)
+        new_id = self._new_id
+        sink.emit(
+            [
+                event_of(
+                    new_id(),
+                    at,
+                    kind,
+                    stage,
+                    decision,
+                    subject,
+                    code,
+                    round(seconds * 1000, 3),
+                    detail if detail is None or scrub is None else scrub(detail),
+                )
+                for stage, decision, code, detail, seconds, at in stages
+            ],
+        )
 
     def note(
         self,
@@ -160,15 +195,33 @@ class Auditor:
         )
 
 
-def _scrubbed(event: AuditEvent, scrub: Callable[[str], str]) -> AuditEvent:
-    subject = event.subject
+def _scrubbed_subject(subject: AuditSubject, scrub: Callable[[str], str]) -> AuditSubject:
     summary = subject.args_summary
     if summary is not None and (clean := scrub(summary)) != summary:
-        subject = replace(subject, args_summary=clean)
-    detail = None if event.detail is None else scrub(event.detail)
-    if detail == event.detail and subject is event.subject:
-        return event
-    return replace(event, detail=detail, subject=subject)
+        return replace(subject, args_summary=clean)
+    return subject
+
+
+def _scrubbed(events: Sequence[AuditEvent], scrub: Callable[[str], str]) -> list[AuditEvent]:
+    """The events with their details and subjects' summaries scrubbed.
+
+    The events of one call come together and share their subject: it is scrubbed once.
+    """
+    out: list[AuditEvent] = []
+    seen: AuditSubject | None = None
+    clean = NO_SUBJECT
+    for event in events:
+        subject = event.subject
+        if subject is not seen:
+            seen, clean = subject, _scrubbed_subject(subject, scrub)
+        detail = event.detail
+        if detail is not None:
+            detail = scrub(detail)
+        if detail == event.detail and clean is subject:
+            out.append(event)
+        else:
+            out.append(replace(event, detail=detail, subject=clean))
+    return out
 
 
 class MemoryAuditSink:

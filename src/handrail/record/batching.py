@@ -12,6 +12,7 @@ import collections
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -94,7 +95,13 @@ class _Tally:
 class BatchingAuditSink:
     """Writes events to a Store from one background thread, in batches.
 
-    `emit` only enqueues, so the event loop never waits on disk. A batch the store
+    `emit` only enqueues, so the event loop never waits on disk. The writer writes the
+    waiting events (at most `max_batch` per transaction) once `max_batch` of them wait,
+    once the oldest has waited `max_delay` seconds, or at once when `flush` or `close`
+    asks. At most `max_unwritten` events are ever emitted but not yet stored: beyond
+    that, `emit` waits for the writer (up to 5 s, then AUDIT_WRITER_BEHIND), so a crash
+    of the process loses at most `max_unwritten` events, none of them emitted before
+    the last `flush` returned. A batch the store
     refuses is retried (`retries` times for a StoreError), then written event by
     event: an event the store still refuses is replaced by an event that records the
     failure, so one bad row costs only itself and the writer keeps writing. Only if
@@ -112,6 +119,8 @@ class BatchingAuditSink:
         store: Store,
         *,
         max_batch: int = 512,
+        max_delay: float = 0.05,
+        max_unwritten: int = 8192,
         max_queue: int = 100_000,
         retries: int = 3,
         flush_timeout: float = 30.0,
@@ -119,10 +128,14 @@ class BatchingAuditSink:
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
     ) -> None:
-        if min(max_batch, max_queue, retries) < 1 or min(flush_timeout, stall_after) <= 0:
+        if min(max_batch, max_unwritten, max_queue, retries) < 1 or (
+            min(flush_timeout, stall_after) <= 0 or max_delay < 0
+        ):
             raise ConfigurationError("audit sink sizes, retries and timeouts must be positive")
         self._store = store
         self._max_batch = max_batch
+        self._max_delay = max_delay
+        self._max_unwritten = max_unwritten
         self._max_queue = max_queue
         self._retries = retries
         self._flush_timeout = flush_timeout
@@ -133,6 +146,11 @@ class BatchingAuditSink:
         self._work = threading.Condition(lock)  # the writer waits here for events
         self._progress = threading.Condition(lock)  # flush, close and a full emit wait here
         self._pending: collections.deque[Sequence[AuditEvent]] = collections.deque()
+        self._waiting = 0  # events in `_pending`
+        # When the oldest of them arrived, on time.monotonic: the writer waits on real
+        # time (a Condition), whatever clock stamps events and times stalls.
+        self._oldest = 0.0
+        self._urgent = 0  # flushes and emits waiting for the writer: write now
         self._accepted = 0
         self._handled = 0
         self._count = _Tally()
@@ -148,22 +166,48 @@ class BatchingAuditSink:
 
         With the queue full, waits up to 5 s for room.
         """
-        if not events:
+        count = len(events)
+        if not count:
             return
         with self._work:
             self._refuse_if_stopped()
-            if len(self._pending) >= self._max_queue and not self._progress.wait_for(
-                lambda: len(self._pending) < self._max_queue or self._dead or self._closed,
+            if not self._has_room(count):
+                self._wait_for_room(count)
+            if not self._pending:
+                self._oldest = time.monotonic()
+                self._work.notify()  # the writer starts the batch's clock
+            elif self._waiting < self._max_batch <= self._waiting + count:
+                self._work.notify()  # a full batch
+            self._pending.append(events)
+            self._waiting += count
+            self._accepted += count
+
+    def _has_room(self, count: int) -> bool:
+        """Under the lock: whether `count` more events keep within the queue and the bound.
+
+        An emit larger than `max_unwritten` is taken once nothing else is unwritten.
+        """
+        unwritten = self._accepted - self._handled
+        return len(self._pending) < self._max_queue and (
+            unwritten + count <= self._max_unwritten or not unwritten
+        )
+
+    def _wait_for_room(self, count: int) -> None:
+        """Under the lock: have the writer write now and wait up to 5 s for room."""
+        self._urgent += 1
+        self._work.notify()
+        try:
+            if not self._progress.wait_for(
+                lambda: self._has_room(count) or self._dead or self._closed,
                 timeout=_EMIT_WAIT_S,
             ):
                 raise AuditSinkError(
                     ErrorCode.AUDIT_WRITER_BEHIND,
                     f"the audit writer is more than {_EMIT_WAIT_S:g} s behind",
                 )
-            self._refuse_if_stopped()
-            self._pending.append(events)
-            self._accepted += len(events)
-            self._work.notify()
+        finally:
+            self._urgent -= 1
+        self._refuse_if_stopped()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every event emitted before this call is written (or replaced).
@@ -175,7 +219,12 @@ class BatchingAuditSink:
         wait = self._flush_timeout if timeout is None else timeout
         with self._progress:
             target = self._accepted
-            self._progress.wait_for(lambda: self._handled >= target or self._dead, timeout=wait)
+            self._urgent += 1
+            self._work.notify()
+            try:
+                self._progress.wait_for(lambda: self._handled >= target or self._dead, timeout=wait)
+            finally:
+                self._urgent -= 1
             self._raise_if_unwritten(target, wait)
 
     def close(self, timeout: float | None = None) -> None:
@@ -272,15 +321,28 @@ class BatchingAuditSink:
     def _take(self) -> list[AuditEvent] | None:
         """The next batch, waiting for one; None once closed with nothing left."""
         with self._work:
-            self._work.wait_for(lambda: self._pending or self._closed)
-            if not self._pending:
-                return None
+            while not self._due():
+                if self._closed:
+                    return None  # nothing is waiting, and nothing more will come
+                # Nothing waiting: sleep until an emit. Else until the oldest is due.
+                due_in = self._oldest + self._max_delay - time.monotonic()
+                self._work.wait(due_in if self._pending else None)
             batch: list[AuditEvent] = []
             while self._pending and len(batch) < self._max_batch:
                 batch.extend(self._pending.popleft())
+            self._waiting -= len(batch)
             self._writing_since = self._clock.monotonic()
             self._progress.notify_all()  # room in the queue for a waiting emit
             return batch
+
+    def _due(self) -> bool:
+        """Under the lock: whether the waiting events are to be written now."""
+        return bool(self._pending) and (
+            self._waiting >= self._max_batch
+            or self._urgent > 0
+            or self._closed
+            or time.monotonic() - self._oldest >= self._max_delay
+        )
 
     def _add(self, tally: _Tally) -> None:
         count = self._count

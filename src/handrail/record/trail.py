@@ -37,7 +37,7 @@ class CallTrail:
     the call is over, so every event of the call shares the same subject.
     """
 
-    __slots__ = ("_auditor", "_clock", "_mark", "_stages", "_subject")
+    __slots__ = ("_auditor", "_mark", "_monotonic", "_now", "_stages", "_subject")
 
     def __init__(
         self,
@@ -47,7 +47,8 @@ class CallTrail:
         principal: Principal,
     ) -> None:
         self._auditor = auditor
-        self._clock = clock
+        self._now = clock.now
+        self._monotonic = clock.monotonic
         self._stages: list[tuple[str, str, str | None, str | None, float, datetime]] = []
         self._mark = clock.monotonic()
         self._subject: dict[str, Any] = {
@@ -91,29 +92,13 @@ class CallTrail:
         detail: str | None = None,
     ) -> None:
         """Note the outcome of `stage` and the time it took since the previous one."""
-        now = self._clock.monotonic()
-        self._stages.append((stage, decision, code, detail, now - self._mark, self._clock.now()))
+        now = self._monotonic()
+        self._stages.append((stage, decision, code, detail, now - self._mark, self._now()))
         self._mark = now
 
     def emit(self) -> None:
         """Emit one event per recorded stage, all about the same subject."""
-        subject = AuditSubject(**self._subject)
-        event = self._auditor.event
-        self._auditor.emit(
-            [
-                event(
-                    kind="call",
-                    stage=stage,
-                    decision=decision,
-                    subject=subject,
-                    code=code,
-                    duration_ms=round(seconds * 1000, 3),
-                    detail=detail,
-                    at=at,
-                )
-                for stage, decision, code, detail, seconds, at in self._stages
-            ],
-        )
+        self._auditor.emit_stages(AuditSubject(**self._subject), self._stages)
 
 
 async def count_denial(

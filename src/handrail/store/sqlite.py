@@ -9,11 +9,18 @@ Queries live in `SqlStore`.
 
 from __future__ import annotations
 
+import functools
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from handrail.errors import StoreError
+from handrail.events import AuditEvent, storable_events
+from handrail.store._rows import EVENT_FIELDS, SUBJECT_FIELDS
 from handrail.store.sql import SqlStore
 
 __all__ = ["SqliteStore"]
@@ -42,6 +49,64 @@ def _begin(connection: sa.Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+_AUDIT_COLUMNS = (*EVENT_FIELDS, *SUBJECT_FIELDS)
+# One INSERT of many rows, not executemany: the driver lets go of the GIL for every
+# statement it steps, and taking it back from a busy event loop can cost a switch
+# interval (5 ms) each time. Bound by SQLite's limit on variables (999 before 3.32).
+_MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+_ROWS_PER_INSERT = min(512, _MAX_VARIABLES // len(_AUDIT_COLUMNS))
+_ROW = f"({', '.join('?' for _ in _AUDIT_COLUMNS)})"
+# SQLAlchemy's SQLite DATETIME keeps "YYYY-MM-DD HH:MM:SS.ffffff", the wall-clock fields
+# without the offset; `isoformat` writes exactly that, and the offset after it is cut.
+_STORED_TIME = len("2026-01-01 00:00:00.000000")
+
+
+@functools.lru_cache(maxsize=_ROWS_PER_INSERT)
+def _insert_audit(rows: int) -> str:
+    return (
+        f"INSERT INTO audit_events ({', '.join(_AUDIT_COLUMNS)}) "  # noqa: S608 - fixed column names
+        f"VALUES {', '.join(_ROW for _ in range(rows))}"
+    )
+
+
+def _audit_values(events: Sequence[AuditEvent]) -> list[object] | None:
+    """The values of `events`' rows, one after another; None if one needs SQLAlchemy's types.
+
+    A plain datetime is formatted here as SQLAlchemy's DATETIME would; an event with
+    anything else in `at` (never one the auditor made) takes the general path instead.
+    """
+    values: list[object] = []
+    add = values.extend
+    for event in events:
+        at = event.at
+        if type(at) is not datetime:
+            return None
+        s = event.subject
+        # Written out, not looped: this runs for every event the writer stores. The
+        # order is `_AUDIT_COLUMNS`: EVENT_FIELDS, then SUBJECT_FIELDS.
+        add(
+            (
+                event.event_id,
+                at.isoformat(" ", "microseconds")[:_STORED_TIME],
+                event.kind,
+                event.stage,
+                event.decision,
+                event.code,
+                event.duration_ms,
+                event.detail,
+                s.request_id,
+                s.tool_call_id,
+                s.tool,
+                s.schema_version,
+                s.args_hash,
+                s.args_summary,
+                s.user_id,
+                s.tenant_id,
+            ),
+        )
+    return values
+
+
 class SqliteStore(SqlStore):
     """A Store in one SQLite file; `open` creates the folder, the file and the schema."""
 
@@ -57,6 +122,29 @@ class SqliteStore(SqlStore):
         if migrate:
             store.migrate()
         return store
+
+    def append_audit(self, events: Sequence[AuditEvent]) -> None:
+        """Insert events in one transaction, as `storable_events` makes them.
+
+        The rows go straight to the driver (no per-row type processing), many to one
+        INSERT: this runs on the audit writer's thread, next to a busy event loop.
+        """
+        if not events:
+            return
+        stored = storable_events(events)
+        values = _audit_values(stored)
+        if values is None:
+            super().append_audit(stored)
+            return
+        width = len(_AUDIT_COLUMNS) * _ROWS_PER_INSERT
+        try:
+            with self.engine.begin() as connection:
+                for first in range(0, len(values), width):
+                    chunk = tuple(values[first : first + width])
+                    statement = _insert_audit(len(chunk) // len(_AUDIT_COLUMNS))
+                    connection.exec_driver_sql(statement, chunk)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"audit write failed: {type(exc).__name__}") from exc
 
     def journal_mode(self) -> str:
         """The journal mode in force, for checks and diagnostics."""
