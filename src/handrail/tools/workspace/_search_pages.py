@@ -20,11 +20,11 @@ from handrail.tools.workspace._rg_json import (
     Kind,
     Line,
     LineText,
+    begin_parts,
     kind,
     line_size,
     line_text,
     message,
-    path_parts,
 )
 
 __all__ = [
@@ -79,9 +79,13 @@ class TextMatch:
     after: tuple[ContextLine, ...] = ()
 
 
-def sort_key(parts: Sequence[str]) -> tuple[bytes, ...]:
-    """The order of ripgrep's `--sort path`: name by name, as bytes."""
-    return tuple(os.fsencode(part) for part in parts)
+def sort_key(parts: Sequence[str]) -> bytes:
+    """The order of ripgrep's `--sort path`: name by name, as bytes.
+
+    The names joined by NUL, which no file name holds and which sorts below every other
+    byte, compare as the tuple of names would, in one encode.
+    """
+    return os.fsencode("\x00".join(parts))
 
 
 def _display(parts: Sequence[str]) -> str:
@@ -235,8 +239,8 @@ class Collect:
     def take(self, line: Line) -> bool:
         """Hold one message; True once too many matches or bytes are held to sort."""
         found = kind(line)
-        current = self.current
         if found is Kind.MATCH or found is Kind.CONTEXT:
+            current = self.current
             if current is None:
                 return False
             current.lines.append((found, line))
@@ -246,7 +250,7 @@ class Collect:
                 self.matches += 1
             return self.matches > self._count_limit or self._bytes > _MAX_BUFFERED
         if found is Kind.BEGIN:
-            parts = path_parts(message(line))
+            parts = begin_parts(line)
             self.current = None if parts is None else _Block(parts)
         elif found is Kind.END:
             self._close()
@@ -308,7 +312,7 @@ class Stream:
             if self._open:
                 self._page.context_line(line)
         elif found is Kind.BEGIN:
-            parts = path_parts(message(line))
+            parts = begin_parts(line)
             self._open = parts is not None and self._admit(parts)
             if parts is not None and self._open:
                 self.files += 1
