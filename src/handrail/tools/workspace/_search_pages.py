@@ -205,13 +205,15 @@ def _context(found: LineText) -> ContextLine:
 # --- sinks of ripgrep's messages -------------------------------------------------------
 
 
-@dataclass(slots=True)
 class _Block:
     """The messages of one file with matches, kept raw until its page is built."""
 
-    parts: tuple[str, ...]
-    lines: list[tuple[Kind, Line]] = field(default_factory=list)
-    matches: int = 0
+    __slots__ = ("lines", "matches", "parts")
+
+    def __init__(self, parts: tuple[str, ...]) -> None:
+        self.parts = parts
+        self.lines: list[tuple[Kind, Line]] = []
+        self.matches = 0
 
 
 Admit = Callable[[tuple[str, ...]], bool]
@@ -244,7 +246,7 @@ class Collect:
             if current is None:
                 return False
             current.lines.append((found, line))
-            self._bytes += line_size(line)
+            self._bytes += len(line) if line.__class__ is bytes else line_size(line)
             if found is Kind.MATCH:
                 current.matches += 1
                 self.matches += 1
