@@ -2,7 +2,10 @@
 
 A tree of text files is generated (by default 20,000 files of 10 kB, about 200 MB, in
 a temporary directory; or `--tree DIR` searches an existing one). Two fixed-string
-searches are measured: one with a few matches, one with many (max_results is reached).
+searches are measured there: one with a few matches, one with many (max_results is
+reached). A third, "mid", is the issue's case below `count_limit`: about 1,000 matches
+over a tree of its own of 1,000 such files (`--mid-files`), one parallel pass sorted
+here. `--cases mid` measures that one only.
 Paths per search, interleaved round-robin with their order rotated every round:
 
     raw       subprocess.run([rg, "--json", "-F", "-e", PATTERN, "."]), all output read
@@ -47,8 +50,12 @@ from handrail.tools.workspace.search import SearchConfig, TextSearch, search_too
 
 FEW = "needle_rare_token"
 MANY = "common_token"
+MID = "medium_token"
 RARE_EVERY = 4000
 COMMON_EVERY = 50
+MID_EVERY = 157
+MID_FILES = 1000
+CASES = ("few", "many", "mid")
 PATHS = ("raw", "same_argv", "tool", "unconfined", "gate")
 TARGET = 1.15
 
@@ -75,6 +82,8 @@ def generate(root: Path, files: int, file_bytes: int) -> int:
         line = " ".join(rng.choice(words) for _ in range(rng.randint(4, 14)))
         if n % COMMON_EVERY == 0:
             line += f" {MANY}"
+        if n % MID_EVERY == MID_EVERY // 2:
+            line += f" {MID}"
         lines.append(line + "\n")
     blob = "".join(lines)
     written = 0
@@ -91,7 +100,12 @@ def generate(root: Path, files: int, file_bytes: int) -> int:
     return written
 
 
-async def measure(args: argparse.Namespace, tree: Path, rg: str) -> list[Case]:
+async def measure(
+    args: argparse.Namespace,
+    tree: Path,
+    rg: str,
+    cases: list[Case],
+) -> list[Case]:
     config = SearchConfig(rg=rg)
     workspace = Workspace(tree)
     searcher = TextSearch(workspace, config)
@@ -134,10 +148,6 @@ async def measure(args: argparse.Namespace, tree: Path, rg: str) -> list[Case]:
 
         return run
 
-    cases = [
-        Case(name="few matches", pattern=args.few),
-        Case(name="many matches", pattern=args.many),
-    ]
     for case in cases:
         result = await searcher.search(case.pattern)
         case.check = {
@@ -201,6 +211,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--few", default=FEW, help="the pattern with few matches")
     parser.add_argument("--many", default=MANY, help="the pattern with many matches")
+    parser.add_argument("--mid", default=MID, help="the pattern of the mid case")
+    parser.add_argument("--mid-files", type=int, default=MID_FILES)
+    parser.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help=f"comma-separated, of {', '.join(CASES)}",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     return parser.parse_args(argv)
 
@@ -218,18 +235,37 @@ def main(argv: list[str] | None = None) -> int:
         text=True,
         check=False,
     ).stdout.splitlines()[0]
+    chosen = {name.strip() for name in args.cases.split(",") if name.strip()}
+    if not chosen <= set(CASES):
+        print(f"--cases: choose among {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    cases: list[Case] = []
+    described = []
     with tempfile.TemporaryDirectory(prefix="handrail-search-bench-") as scratch:
-        if args.tree is None:
-            tree = Path(scratch)
-            size = generate(tree, args.files, args.file_bytes)
-            described = f"{args.files} generated files, {size / 1e6:.0f} MB"
-        else:
-            tree = args.tree.resolve()
-            described = str(tree)
-        cases = asyncio.run(measure(args, tree, rg))
+        big = [
+            Case(name=f"{name} matches", pattern=pattern)
+            for name, pattern in (("few", args.few), ("many", args.many))
+            if name in chosen
+        ]
+        if big:
+            if args.tree is None:
+                tree = Path(scratch) / "big"
+                size = generate(tree, args.files, args.file_bytes)
+                described.append(f"{args.files} generated files, {size / 1e6:.0f} MB")
+            else:
+                tree = args.tree.resolve()
+                described.append(str(tree))
+            cases += asyncio.run(measure(args, tree, rg, big))
+        if "mid" in chosen:
+            tree = Path(scratch) / "mid"
+            size = generate(tree, args.mid_files, args.file_bytes)
+            described.append(f"mid: {args.mid_files} generated files, {size / 1e6:.1f} MB")
+            mid = [Case(name="mid matches", pattern=args.mid)]
+            cases += asyncio.run(measure(args, tree, rg, mid))
     results = summarize(cases)
     print(
-        f"search_text vs raw rg --json: {described}; {args.rounds} rounds, paths interleaved;"
+        f"search_text vs raw rg --json: {'; '.join(described)}; {args.rounds} rounds,"
+        f" paths interleaved;"
         f" {version}; Python {platform.python_version()}, {os.cpu_count()} CPUs.",
     )
     findings = []
@@ -262,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
                 "rg": version,
-                "tree": described,
+                "tree": "; ".join(described),
                 "rounds": args.rounds,
             },
             "results": results,

@@ -24,6 +24,7 @@ __all__ = [
     "LineText",
     "Lines",
     "Long",
+    "begin_parts",
     "elapsed_ms",
     "json_string_prefix",
     "kind",
@@ -48,6 +49,10 @@ _MATCH = b'{"type":"match"'
 _CONTEXT = b'{"type":"context"'
 _BEGIN = b'{"type":"begin"'
 _END = b'{"type":"end"'
+_BEGIN_TEXT = b'{"type":"begin","data":{"path":{"text":"'
+_BEGIN_TEXT_END = b'"}}}'
+_NOT_PLAIN = re.compile(rb'[\x00-\x1f"\\]')
+"""Bytes after which a JSON string body is not its own UTF-8 text: escapes, controls."""
 
 
 # --- lines -----------------------------------------------------------------------------
@@ -150,17 +155,24 @@ class Kind(Enum):
     OTHER = "other"
 
 
+_BY_FIRST = {
+    prefix[9:10]: (prefix, found)
+    for prefix, found in (
+        (_MATCH, Kind.MATCH),
+        (_CONTEXT, Kind.CONTEXT),
+        (_BEGIN, Kind.BEGIN),
+        (_END, Kind.END),
+    )
+}
+
+
 def kind(line: Line) -> Kind:
     """A message's kind, from its first bytes (ripgrep writes `type` first)."""
     head = line.head if isinstance(line, Long) else line
-    if head.startswith(_MATCH):
-        return Kind.MATCH
-    if head.startswith(_CONTEXT):
-        return Kind.CONTEXT
-    if head.startswith(_BEGIN):
-        return Kind.BEGIN
-    if head.startswith(_END):
-        return Kind.END
+    # The byte after `{"type":"` tells the one prefix worth comparing.
+    known = _BY_FIRST.get(head[9:10])
+    if known is not None and head.startswith(known[0]):
+        return known[1]
     return Kind.OTHER
 
 
@@ -243,8 +255,36 @@ def path_parts(data: Mapping[str, Any]) -> tuple[str, ...] | None:
             return None
     else:
         return None
-    parts = tuple(part for part in name.split("/") if part not in {"", "."})
-    return parts or None
+    return _parts(name)
+
+
+def begin_parts(line: Line) -> tuple[str, ...] | None:
+    """The parts of a begin message's path: `path_parts(message(line))`, mostly faster.
+
+    ripgrep writes a begin message of a path that is UTF-8 as one fixed shape; when the
+    string holds no escape, quote or control byte, its bytes are its text and the JSON
+    parse is skipped. Anything else is parsed.
+    """
+    if (
+        isinstance(line, bytes)
+        and line.startswith(_BEGIN_TEXT)
+        and line.endswith(_BEGIN_TEXT_END)
+        and len(line) >= len(_BEGIN_TEXT) + len(_BEGIN_TEXT_END)
+    ):
+        body = line[len(_BEGIN_TEXT) : -len(_BEGIN_TEXT_END)]
+        if _NOT_PLAIN.search(body) is None:
+            try:
+                return _parts(body.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass  # json reads lone surrogates; let it decide
+    return path_parts(message(line))
+
+
+def _parts(name: str) -> tuple[str, ...] | None:
+    parts = name.removeprefix("./").split("/")
+    if "" in parts or "." in parts:
+        parts = [part for part in parts if part not in {"", "."}]
+    return tuple(parts) or None
 
 
 def elapsed_ms(summary: Mapping[str, Any] | None) -> float | None:

@@ -20,11 +20,11 @@ from handrail.tools.workspace._rg_json import (
     Kind,
     Line,
     LineText,
+    begin_parts,
     kind,
     line_size,
     line_text,
     message,
-    path_parts,
 )
 
 __all__ = [
@@ -79,9 +79,13 @@ class TextMatch:
     after: tuple[ContextLine, ...] = ()
 
 
-def sort_key(parts: Sequence[str]) -> tuple[bytes, ...]:
-    """The order of ripgrep's `--sort path`: name by name, as bytes."""
-    return tuple(os.fsencode(part) for part in parts)
+def sort_key(parts: Sequence[str]) -> bytes:
+    """The order of ripgrep's `--sort path`: name by name, as bytes.
+
+    The names joined by NUL, which no file name holds and which sorts below every other
+    byte, compare as the tuple of names would, in one encode.
+    """
+    return os.fsencode("\x00".join(parts))
 
 
 def _display(parts: Sequence[str]) -> str:
@@ -201,13 +205,15 @@ def _context(found: LineText) -> ContextLine:
 # --- sinks of ripgrep's messages -------------------------------------------------------
 
 
-@dataclass(slots=True)
 class _Block:
     """The messages of one file with matches, kept raw until its page is built."""
 
-    parts: tuple[str, ...]
-    lines: list[tuple[Kind, Line]] = field(default_factory=list)
-    matches: int = 0
+    __slots__ = ("lines", "matches", "parts")
+
+    def __init__(self, parts: tuple[str, ...]) -> None:
+        self.parts = parts
+        self.lines: list[tuple[Kind, Line]] = []
+        self.matches = 0
 
 
 Admit = Callable[[tuple[str, ...]], bool]
@@ -235,18 +241,18 @@ class Collect:
     def take(self, line: Line) -> bool:
         """Hold one message; True once too many matches or bytes are held to sort."""
         found = kind(line)
-        current = self.current
         if found is Kind.MATCH or found is Kind.CONTEXT:
+            current = self.current
             if current is None:
                 return False
             current.lines.append((found, line))
-            self._bytes += line_size(line)
+            self._bytes += len(line) if line.__class__ is bytes else line_size(line)
             if found is Kind.MATCH:
                 current.matches += 1
                 self.matches += 1
             return self.matches > self._count_limit or self._bytes > _MAX_BUFFERED
         if found is Kind.BEGIN:
-            parts = path_parts(message(line))
+            parts = begin_parts(line)
             self.current = None if parts is None else _Block(parts)
         elif found is Kind.END:
             self._close()
@@ -308,7 +314,7 @@ class Stream:
             if self._open:
                 self._page.context_line(line)
         elif found is Kind.BEGIN:
-            parts = path_parts(message(line))
+            parts = begin_parts(line)
             self._open = parts is not None and self._admit(parts)
             if parts is not None and self._open:
                 self.files += 1

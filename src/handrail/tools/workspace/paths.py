@@ -38,6 +38,7 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _PROTECTED = frozenset({".git"})
 _IGNORED = (".git",)
+_IGNORES_CACHED = 4096
 
 
 class _OpenHow(ctypes.Structure):
@@ -98,6 +99,7 @@ class Workspace:
         self._root = resolved
         self._ignore_patterns = tuple(ignore)
         self._ignore = _ignore_globs(self._ignore_patterns)
+        self._ignores_name: dict[str, bool] = {}
         self._protected = frozenset(name.casefold() for name in protected)
         self._allow_hardlinks = allow_hardlinks
         self._openat2 = _openat2_works(resolved) if use_openat2 is None else use_openat2
@@ -113,8 +115,18 @@ class Workspace:
         return self._ignore_patterns
 
     def ignores(self, name: str) -> bool:
-        """Whether a file or directory of this name is hidden from every workspace tool."""
-        return any(glob.matches((name,)) for glob in self._ignore)
+        """Whether a file or directory of this name is hidden from every workspace tool.
+
+        Answers are remembered by name (a bounded cache): a search asks it of every
+        directory on the way to each file it shows.
+        """
+        known = self._ignores_name.get(name)
+        if known is None:
+            known = any(glob.matches((name,)) for glob in self._ignore)
+            if len(self._ignores_name) >= _IGNORES_CACHED:
+                self._ignores_name.clear()
+            self._ignores_name[name] = known
+        return known
 
     def ignored(self, file: WorkspaceFile) -> bool:
         """Whether any part of `file`'s path is an ignored name."""
