@@ -144,7 +144,7 @@ class SqliteExecutions:
         self._largest = 0
         self.before_commit: BeforeCommit | None = None
 
-    def stats(self) -> BatchStats:
+    def batch_stats(self) -> BatchStats:
         """How many multi-member transactions committed, with how many members in all."""
         return BatchStats(batches=self._batches, members=self._members, largest=self._largest)
 
