@@ -1024,7 +1024,7 @@ CONCURRENT_TARGET = 1.2
 BARE_CONNECTIONS = 8
 
 
-def _service_store(target: Target) -> Any:  # noqa: ANN401 - a SqlStore
+def _service_store(target: Target) -> Any:
     if target.backend == "postgres":
         from handrail.store.postgres import PostgresStore  # noqa: PLC0415
 
