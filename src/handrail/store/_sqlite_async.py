@@ -157,8 +157,8 @@ class SqliteExecutions:
     ) -> bool:
         """INSERT ... ON CONFLICT DO NOTHING (optionally only while the plan is CONFIRMED).
 
-        A claim still queued when `wait` seconds have passed fails with a StoreError
-        without running.
+        `wait` is accepted for the interface; as with the store's own method, a claim
+        is not bounded by it here (there is no pool to wait for).
         """
         statement = _CLAIM if require_confirmed_plan else _INSERT
         return await self._submit(CLAIM, statement, row, wait)
@@ -237,12 +237,8 @@ class SqliteExecutions:
             connection.close()
 
     def _commit(self, connection: sqlite3.Connection, kind: str, items: list[_Item]) -> None:
-        now = time.monotonic()
-        late = [item for item in items if item.deadline <= now or item.future.cancelled()]
-        for item in late:
-            if not item.future.cancelled():
-                item.answer(StoreError("no database connection was free in time"))
-        members = [item for item in items if item not in late] if late else items
+        # A caller that stopped waiting before its batch began: its statement never runs.
+        members = [item for item in items if not item.future.cancelled()]
         if len(members) == 1:
             self._alone(connection, members[0], kind)
             return
