@@ -34,6 +34,14 @@ EXECUTED. Nothing here asserts a time.
     .venv/bin/python bench/write_throughput.py --backends sqlite --clients 1 --json out.json
     .venv/bin/python bench/write_throughput.py --smoke            # tiny sizes, seconds
     .venv/bin/python bench/write_throughput.py --profile          # cProfile of one client
+    .venv/bin/python bench/write_throughput.py --concurrent 64    # the service's case
+
+The service's case (--concurrent C): one process, C asyncio tasks each executing its
+share of the plans through one store (group commit: claims that queue while a commit
+is in flight share the next transaction; PostgreSQL's async pool bounded to 8),
+against the bare loop in 8 threads of the same process, each on its own connection.
+Rounds alternate the two paths (order flipping); reported: median ops/s and the median
+of same-round ratios, against the target (>= 1.2).
 """
 
 from __future__ import annotations
@@ -1010,6 +1018,105 @@ def profile(args: argparse.Namespace, run: str) -> str:
     return out.getvalue()
 
 
+# --- the service's case: many tasks in one process ----------------------------------------------
+
+CONCURRENT_TARGET = 1.2
+BARE_CONNECTIONS = 8
+
+
+def _service_store(target: Target) -> Any:
+    if target.backend == "postgres":
+        from handrail.store.postgres import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore.open(
+            target.store_url, migrate=False, pool_size=2, async_pool_size=BARE_CONNECTIONS
+        )
+    return open_store(target.store_url, migrate=False)
+
+
+async def _handrail_concurrent(client: HandrailClient, plans: list[str], tasks: int) -> float:
+    shares = [plans[i::tasks] for i in range(tasks)]
+    started = time.perf_counter()
+    done = await asyncio.gather(*(client.execute(share) for share in shares))
+    elapsed = time.perf_counter() - started
+    assert sum(done) == len(plans), (sum(done), len(plans))
+    return len(plans) / elapsed
+
+
+def _bare_concurrent(target: Target, keys: list[str]) -> float:
+    import threading  # noqa: PLC0415
+
+    clients = [BareClient(target) for _ in range(BARE_CONNECTIONS)]
+    shares = [keys[i::BARE_CONNECTIONS] for i in range(BARE_CONNECTIONS)]
+    done = [0] * BARE_CONNECTIONS
+
+    def run(i: int) -> None:
+        done[i] = clients[i].execute(shares[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(BARE_CONNECTIONS)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for client in clients:
+        client.close()
+    assert sum(done) == len(keys), (sum(done), len(keys))
+    return len(keys) / elapsed
+
+
+def concurrent(args: argparse.Namespace, run_id: str) -> None:
+    """Handrail with C tasks on one store vs the bare loop on 8 connections, one process."""
+    for backend in args.backends:
+        manager = (
+            sqlite_targets(run_id, [1], args.dir)
+            if backend == "sqlite"
+            else postgres_targets(run_id, [1], args.pg_url)
+        )
+        with manager as targets:
+            target = targets[0]
+            client = HandrailClient(target, 0)
+            client.store.close()
+            client.store = _service_store(target)
+            client.writes = Writes(_registry(), client.store, _keyring(), audit=None)
+            client.gate = Gate(_registry(), writes=client.writes, audit=None)
+            ops: dict[str, list[float]] = {HANDRAIL: [], BARE: []}
+            loop = asyncio.new_event_loop()
+            try:
+                for r in range(args.rounds + 1):
+                    plans = loop.run_until_complete(client.prepare(f"c{r}", args.n))
+                    keys = [f"{target.key_prefix}-c{r}-{n}" for n in range(args.n)]
+                    order = PATHS if r % 2 == 0 else PATHS[::-1]
+                    got = {}
+                    for path in order:
+                        if path == HANDRAIL:
+                            got[path] = loop.run_until_complete(
+                                _handrail_concurrent(client, plans, args.concurrent)
+                            )
+                        else:
+                            got[path] = _bare_concurrent(target, keys)
+                    if r == 0:
+                        continue  # warm-up
+                    for path in PATHS:
+                        ops[path].append(got[path])
+            finally:
+                loop.close()
+                fast = client.store.async_executions
+                stats = fast.batch_stats()
+                client.close()
+            ratios = [h / b for h, b in zip(ops[HANDRAIL], ops[BARE], strict=True)]
+            ratio = statistics.median(ratios)
+            met = "met" if ratio >= CONCURRENT_TARGET else "NOT met"
+            print(
+                f"{backend}, {args.concurrent} tasks in one process vs bare loop on "
+                f"{BARE_CONNECTIONS} connections: handrail {statistics.median(ops[HANDRAIL]):,.0f} "
+                f"ops/s, bare {statistics.median(ops[BARE]):,.0f} ops/s, handrail/bare "
+                f"{ratio:.2f} (target >= {CONCURRENT_TARGET}: {met}; rounds: "
+                f"{', '.join(f'{v:.2f}' for v in ratios)}); group commits: {stats}"
+            )
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -1086,6 +1193,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="instead of timing, profile one client in-process (n executions per step)",
     )
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        metavar="C",
+        help="instead: the service's case, C tasks in one process vs 8 bare connections",
+    )
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (1 if args.smoke else 5)
     args.n = args.n or (16 if args.smoke else 800)
@@ -1106,6 +1219,9 @@ def main(argv: list[str] | None = None) -> int:
     run_id = secrets.token_hex(4)
     if args.profile:
         print(profile(args, run_id))
+        return 0
+    if args.concurrent:
+        concurrent(args, run_id)
         return 0
     load_at_start = [round(v, 2) for v in os.getloadavg()]
     rows, notes = run(args, run_id)

@@ -22,7 +22,7 @@ import asyncio
 import math
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from handrail.store._statements import (
     replace_statements,
 )
 
-__all__ = ["AsyncExecutions", "PoolStats"]
+__all__ = ["AsyncExecutions", "BatchStats", "PoolStats"]
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
@@ -60,6 +60,35 @@ _INSERT = _compiled(insert_execution_statement("postgresql"))
 _REPLACE = {variant: _compiled(statement) for variant, statement in replace_statements().items()}
 
 _Connection = psycopg.AsyncConnection[Any]
+_PIPELINE = psycopg.Pipeline.is_supported()
+
+CLAIM = "claim"
+OUTCOME = "outcome"
+
+BeforeCommit = Callable[[str, int], None]
+"""Called right before a statement or batch commits: (kind, members). For tests."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchStats:
+    """Since the store opened: transactions of several members, their members, the largest."""
+
+    batches: int
+    members: int
+    largest: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A statement to run: its kind (claims and outcomes batch apart), SQL and parameters."""
+
+    kind: str
+    statement: _Compiled
+    params: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return str(self.params.get("idempotency_key") or self.params.get("k_key") or "")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,15 +108,31 @@ class _Slot:
 _SLOT = _Slot()
 
 
+class _Batched:
+    """The waiter's statement was taken into another call's batch; its answer follows."""
+
+
+_BATCHED = _Batched()
+
+
 class _Waiter:
     """A call waiting for a connection, on its own loop; granted under the pool's lock."""
 
-    __slots__ = ("future", "grant", "loop")
+    __slots__ = ("answer", "done", "future", "grant", "job", "loop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: _Job | None = None) -> None:
         self.loop = loop
+        self.job = job
         self.future: asyncio.Future[None] = loop.create_future()
-        self.grant: _Connection | _Slot | None = None
+        self.grant: _Connection | _Slot | _Batched | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.answer: bool | StoreError | None = None
+
+    def result(self) -> bool:
+        """The answer of a batched statement."""
+        if isinstance(self.answer, StoreError):
+            raise self.answer
+        return bool(self.answer)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -117,6 +162,10 @@ class AsyncExecutions:
         self._waiters: deque[_Waiter] = deque()
         self._open = 0
         self._closed = False
+        self._batches = 0
+        self._members = 0
+        self._largest = 0
+        self.before_commit: BeforeCommit | None = None
 
     @property
     def max_connections(self) -> int:
@@ -144,17 +193,50 @@ class AsyncExecutions:
 
         `wait` bounds the wait for a free connection (the pool's timeout bounds it too).
         """
-        return await self._execute(_CLAIM if require_confirmed_plan else _INSERT, row, wait)
+        statement = _CLAIM if require_confirmed_plan else _INSERT
+        return await self._execute(_Job(CLAIM, statement, {**statement.constants, **row}), wait)
 
     async def replace(self, params: Mapping[str, Any], *, owner: bool, valid: bool) -> bool:
         """The compare-and-set UPDATE of `SqlStore.replace_execution`."""
-        return await self._execute(_REPLACE[(owner, valid)], params, math.inf)
+        statement = _REPLACE[(owner, valid)]
+        job = _Job(OUTCOME, statement, {**statement.constants, **params})
+        return await self._execute(job, math.inf)
 
-    async def _execute(self, statement: _Compiled, params: Mapping[str, Any], wait: float) -> bool:
-        connection = await self._acquire(min(wait, self._timeout))
+    def batch_stats(self) -> BatchStats:
+        """Transactions of several members committed so far, their members, the largest."""
+        return BatchStats(batches=self._batches, members=self._members, largest=self._largest)
+
+    async def _execute(self, job: _Job, wait: float) -> bool:
+        """Run `job` on a connection, with the calls of its kind that wait for one.
+
+        Group commit: a call that holds a connection takes along every call of the same
+        kind on its loop still waiting for one (they queued while the connections were
+        busy, i.e. while earlier commits were in flight) and runs them all in one
+        transaction; each is answered only after COMMIT returned. A call that finds a
+        connection free waits for nobody: alone, it is one autocommitted statement.
+        """
+        got = await self._acquire(min(wait, self._timeout), job)
+        if isinstance(got, _Waiter):
+            return got.result()
+        connection = got
+        followers = self._followers(job.kind)
+        if followers:
+            healthy = False
+            try:
+                healthy, mine = await self._together(connection, job, followers)
+            finally:
+                for waiter in followers:
+                    if waiter.answer is None:
+                        _tell(waiter, StoreError("execution write failed: interrupted"))
+                self._release(connection, healthy=healthy and not connection.broken)
+            if isinstance(mine, StoreError):
+                raise mine
+            return mine
         healthy = False
         try:
-            cursor = await connection.execute(statement.sql, {**statement.constants, **params})
+            if self.before_commit is not None:
+                self.before_commit(job.kind, 1)
+            cursor = await connection.execute(job.statement.sql, job.params)
         except psycopg.Error as exc:
             healthy = not isinstance(exc, psycopg.OperationalError)
             if not healthy:
@@ -170,7 +252,93 @@ class AsyncExecutions:
 
     # --- the bound -------------------------------------------------------------------------------
 
-    async def _acquire(self, wait: float) -> _Connection:
+    def _followers(self, kind: str) -> list[_Waiter]:
+        """Take this loop's waiters of `kind` out of the queue, into the caller's batch."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            taken = [
+                w
+                for w in self._waiters
+                if w.loop is loop and w.job is not None and w.job.kind == kind
+            ]
+            for waiter in taken:
+                self._waiters.remove(waiter)
+                waiter.grant = _BATCHED
+                waiter.done = loop.create_future()
+        return taken
+
+    async def _together(
+        self, connection: _Connection, own: _Job, followers: list[_Waiter]
+    ) -> tuple[bool, bool | StoreError]:
+        """One transaction for a batch; if a statement fails, each member runs alone.
+
+        BEGIN and the statements go in one pipeline, ordered by key (two processes'
+        batches then take row locks in the same order); COMMIT is sent only after each
+        statement succeeded. Answers the followers; returns whether the connection is
+        still usable, and the caller's own answer.
+        """
+        members: list[tuple[_Job, _Waiter | None]] = [(own, None)]
+        members += [(w.job, w) for w in followers if w.job is not None]
+        members.sort(key=lambda m: m[0].key)
+        try:
+            cursors = await self._statements(connection, [job for job, _ in members])
+        except psycopg.Error as exc:
+            if connection.broken:
+                # COMMIT was never sent: nothing of the batch is on disk.
+                self._discard_idle()
+                return False, _tell_all(members, _failed(exc))
+            await connection.execute(b"ROLLBACK")
+            # Nothing of the batch committed: each member runs alone, for its own answer.
+            mine: bool | StoreError = False
+            for job, waiter in members:
+                result = await self._single(connection, job)
+                if waiter is None:
+                    mine = result
+                else:
+                    _tell(waiter, result)
+            return not connection.broken, mine
+        results = [cursor.rowcount == 1 for cursor in cursors]
+        try:
+            if self.before_commit is not None:
+                self.before_commit(own.kind, len(members))
+            await connection.execute(b"COMMIT")
+        except psycopg.Error as exc:
+            # Whether it committed is unknown, as when a lone statement's COMMIT fails.
+            if connection.broken:
+                self._discard_idle()
+            elif connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await connection.execute(b"ROLLBACK")
+            return not connection.broken, _tell_all(members, _failed(exc))
+        self._batches += 1
+        self._members += len(members)
+        self._largest = max(self._largest, len(members))
+        mine = False
+        for (_, waiter), result in zip(members, results, strict=True):
+            if waiter is None:
+                mine = result
+            else:
+                _tell(waiter, result)
+        return True, mine
+
+    @staticmethod
+    async def _statements(connection: _Connection, jobs: list[_Job]) -> list[Any]:
+        """BEGIN and each job's statement, pipelined where libpq can; their cursors."""
+        if not _PIPELINE:  # pragma: no cover - libpq older than 14
+            await connection.execute(b"BEGIN")
+            return [await connection.execute(j.statement.sql, j.params) for j in jobs]
+        async with connection.pipeline():
+            await connection.execute(b"BEGIN")
+            return [await connection.execute(j.statement.sql, j.params) for j in jobs]
+
+    @staticmethod
+    async def _single(connection: _Connection, job: _Job) -> bool | StoreError:
+        try:
+            cursor = await connection.execute(job.statement.sql, job.params)
+        except psycopg.Error as exc:
+            return _failed(exc)
+        return cursor.rowcount == 1
+
+    async def _acquire(self, wait: float, job: _Job | None = None) -> _Connection | _Waiter:
         loop = asyncio.get_running_loop()
         waiter: _Waiter | None = None
         with self._lock:
@@ -185,10 +353,13 @@ class AsyncExecutions:
                 self._open += 1
                 grant = _SLOT
             else:
-                waiter = _Waiter(loop)
+                waiter = _Waiter(loop, job)
                 self._waiters.append(waiter)
         if waiter is not None:
-            grant = await self._wait(waiter, wait)
+            granted = await self._wait(waiter, wait)
+            if isinstance(granted, _Batched):
+                return waiter
+            grant = granted
             if self._closed:
                 self._give_back(grant, loop)
                 raise StoreError("the store is closed")
@@ -196,7 +367,7 @@ class AsyncExecutions:
             return await self._connect()
         return grant
 
-    async def _wait(self, waiter: _Waiter, wait: float) -> _Connection | _Slot:
+    async def _wait(self, waiter: _Waiter, wait: float) -> _Connection | _Slot | _Batched:
         try:
             async with asyncio.timeout(max(0.0, wait) if math.isfinite(wait) else None):
                 await waiter.future
@@ -206,12 +377,16 @@ class AsyncExecutions:
                     self._waiters.remove(waiter)
                     msg = f"no database connection was free within {wait:.3f}s"
                     raise StoreError(msg) from None
+                done = waiter.done
+            if done is not None and waiter.answer is None:
+                # Taken into a batch in flight: its statement may commit; wait for it.
+                await done
         except asyncio.CancelledError:
             with self._lock:
                 granted = waiter.grant
                 if granted is None:
                     self._waiters.remove(waiter)
-            if granted is not None:
+            if granted is not None and not isinstance(granted, _Batched):
                 self._give_back(granted, waiter.loop)
             raise
         granted = waiter.grant
@@ -325,6 +500,25 @@ class AsyncExecutions:
             while self._waiters:
                 self._open += 1
                 self._grant(self._waiters.popleft(), _SLOT)
+
+
+def _failed(exc: BaseException) -> StoreError:
+    return StoreError(f"execution write failed: {type(exc).__name__}")
+
+
+def _tell(waiter: _Waiter, result: bool | StoreError) -> None:
+    """Answer a batched waiter (on its loop, the one of the batch) and wake it."""
+    waiter.answer = result
+    _wake(waiter.future)
+    if waiter.done is not None:
+        _wake(waiter.done)
+
+
+def _tell_all(members: list[tuple[_Job, _Waiter | None]], error: StoreError) -> StoreError:
+    for _, waiter in members:
+        if waiter is not None:
+            _tell(waiter, error)
+    return error
 
 
 def _finish(connection: _Connection) -> None:

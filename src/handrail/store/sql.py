@@ -7,11 +7,12 @@ the Alembic migrations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from alembic import command
@@ -57,19 +58,35 @@ from handrail.store._statements import (
     approvers_statement,
     list_plans_statement,
 )
-
-if TYPE_CHECKING:
-    from handrail.store._pg_async import AsyncExecutions
 from handrail.store._tables import (
     audit_events,
     executions,
     raw_results,
 )
 
-__all__ = ["SqlStore", "execution_params", "execution_row"]
+__all__ = ["AsyncExecutions", "SqlStore", "execution_params", "execution_row"]
 
 
 T = TypeVar("T")
+
+
+class AsyncExecutions(Protocol):
+    """The write path's claim and outcome statements on the event loop, where a backend has them.
+
+    The same statements and answers as `SqlStore.insert_execution(require_confirmed_plan=)`
+    and `replace_execution`, taking the rows `execution_row` and `execution_params` make;
+    an answer comes only after its row committed.
+    """
+
+    async def insert(
+        self, row: Mapping[str, Any], *, require_confirmed_plan: bool, wait: float = math.inf
+    ) -> bool:
+        """Claim a key (INSERT ... ON CONFLICT DO NOTHING); True if this insert won."""
+        ...
+
+    async def replace(self, params: Mapping[str, Any], *, owner: bool, valid: bool) -> bool:
+        """Compare-and-set a record; True if it was written."""
+        ...
 
 
 def _immediate(connection: sa.Connection) -> sa.Connection:

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from handrail.errors import StoreError
 from handrail.events import AuditEvent, storable_events
 from handrail.store._rows import EVENT_FIELDS, SUBJECT_FIELDS
+from handrail.store._sqlite_async import SqliteExecutions
 from handrail.store.sql import SqlStore
 
 __all__ = ["SqliteStore"]
@@ -38,6 +39,13 @@ def _set_pragmas(dbapi_connection: Any, _record: object) -> None:  # noqa: ANN40
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
         cursor.close()
+
+
+def _writer_connection(file: Path) -> sqlite3.Connection:
+    """The group committer's own connection: the store's pragmas, autocommit."""
+    connection = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
+    _set_pragmas(connection, None)
+    return connection
 
 
 def _begin(connection: sa.Connection) -> None:
@@ -108,7 +116,24 @@ def _audit_values(events: Sequence[AuditEvent]) -> list[object] | None:
 
 
 class SqliteStore(SqlStore):
-    """A Store in one SQLite file; `open` creates the folder, the file and the schema."""
+    """A Store in one SQLite file; `open` creates the folder, the file and the schema.
+
+    The write path's claims and outcomes go to one writer thread that commits
+    concurrent ones together (`async_executions`, see `handrail.store._sqlite_async`).
+    """
+
+    _async: SqliteExecutions | None = None
+
+    @property
+    def async_executions(self) -> SqliteExecutions | None:
+        """Claims and outcome writes, group-committed by one writer thread."""
+        return self._async
+
+    def close(self) -> None:
+        """Stop the writer thread, then dispose of the pool."""
+        if self._async is not None:
+            self._async.close()
+        super().close()
 
     @classmethod
     def open(cls, path: str | Path, *, migrate: bool = True) -> SqliteStore:
@@ -119,6 +144,7 @@ class SqliteStore(SqlStore):
         sa.event.listen(engine, "connect", _set_pragmas)
         sa.event.listen(engine, "begin", _begin)
         store = cls(engine, autocommit=engine.execution_options(handrail_autocommit=True))
+        store._async = SqliteExecutions(functools.partial(_writer_connection, file))
         if migrate:
             store.migrate()
         return store

@@ -59,8 +59,7 @@ from handrail.writes.outcome import WriteJob, WriteOutcome
 
 if TYPE_CHECKING:
     from handrail.credentials import Secrets
-    from handrail.store._pg_async import AsyncExecutions
-    from handrail.store.sql import SqlStore
+    from handrail.store.sql import AsyncExecutions, SqlStore
 
 __all__ = ["Executor", "WriteJob", "WriteOutcome"]
 
