@@ -34,7 +34,12 @@ MemoryStore. Nothing here asserts a time.
 With --growth, only the AgentLoop paths are measured, each at N = 10 and N = 200 (or
 --sizes), every size against runs of 0 as above; reported per path: µs per call at each
 size and the median of same-round ratios largest / smallest (issue 15's target: <= 1.2,
-a run's steps appended rather than the whole run rewritten each step).
+a run's steps appended rather than the whole run rewritten each step). With --growth
+--wire, the composed loop instead, without rendering and with each adapter's rendering of
+every request (`to_wire` of the whole transcript, and the `TranscriptRenderer` the model
+clients use, which renders only new turns); reported: what rendering adds per call.
+
+    .venv/bin/python bench/loop_overhead.py --growth --wire --rounds 5 --runs 3
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import json
 import logging
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -66,7 +71,10 @@ from _measure import (
 )
 
 from handrail import Gate, MemoryAuditSink, Principal, Registry, RiskLevel, SystemClock, tool
+from handrail.adapters.anthropic import AnthropicAdapter
+from handrail.adapters.gemini import GeminiAdapter
 from handrail.adapters.openai_chat import OpenAIChatAdapter
+from handrail.adapters.openai_responses import OpenAIResponsesAdapter
 from handrail.adapters.transcript import (
     AssistantTurn,
     CallIdLedger,
@@ -199,15 +207,16 @@ def _script(calls: int, final: str = FINAL_TEXT) -> list[ModelReply]:
 class ComposedLoop:
     """The per-step work of Handrail's agent loop, composed from its parts.
 
-    `wire`, when set, renders every request to Chat Completions messages, as a real
-    OpenAI-compatible client would before sending it.
+    `render`, when set, renders every request's transcript to a wire format before it is
+    sent, as a real client does: a `TranscriptRenderer`'s `render` (what the clients
+    use: each turn once) or an adapter's `to_wire` (the whole transcript each time).
     """
 
     gate: Gate
     principal: Principal
     adapter: OpenAIChatAdapter
     tally: Tally
-    wire: bool = False
+    render: Callable[[Sequence[Turn]], object] | None = None
     marker: DataMarker = field(default_factory=DataMarker)
     clock: SystemClock = field(default_factory=SystemClock)
 
@@ -233,8 +242,8 @@ class ComposedLoop:
         while True:
             tracker.before_step()
             request = ModelRequest(transcript=transcript, tools=definitions)
-            if self.wire:
-                self.adapter.to_wire(request.transcript)
+            if self.render is not None:
+                self.render(request.transcript)
             reply = await client.complete(request, timeout=tracker.remaining_seconds())
             tracker.record_usage(
                 reply.model,
@@ -346,7 +355,7 @@ def handrail_cases() -> list[Case]:
         principal=_principal(),
         adapter=adapter,
         tally=wire_tally,
-        wire=True,
+        render=adapter.renderer().render,
     )
     return [
         Case(key=HANDRAIL, label="handrail loop (composed), audit off", api=api, run=off.run),
@@ -359,8 +368,8 @@ def handrail_cases() -> list[Case]:
         ),
         Case(
             key="handrail_wire",
-            label="handrail loop (composed), audit off, + OpenAIChatAdapter.to_wire per turn",
-            api=api + "; OpenAIChatAdapter.to_wire(request.transcript)",
+            label="handrail loop (composed), audit off, + Chat Completions rendering per turn",
+            api=api + "; OpenAIChatAdapter.renderer().render(request.transcript)",
             run=wire.run,
         ),
     ]
@@ -460,6 +469,63 @@ def growth_findings(cases: list[Case], sizes: tuple[int, ...]) -> list[str]:
 
 
 GROWTH_TARGET = 1.2
+
+WIRE_ADAPTERS: dict[str, Callable[[], Any]] = {
+    "chat": lambda: OpenAIChatAdapter(strict=True),
+    "responses": lambda: OpenAIResponsesAdapter(strict=True),
+    "anthropic": lambda: AnthropicAdapter(strict=False),
+    "gemini": GeminiAdapter,
+}
+"""The adapters whose rendering `--growth --wire` measures, by a short name."""
+WIRE_WAYS = ("whole", "renderer")
+"""`to_wire` of the whole transcript each request, or a `TranscriptRenderer` (new turns)."""
+
+
+def wire_growth_cases(sizes: tuple[int, ...]) -> list[Case]:
+    """The composed loop without rendering, and with each adapter's rendering both ways.
+
+    Each at every size in `sizes`. What rendering costs per call is the same-round
+    difference to the loop without it.
+    """
+    loops: list[tuple[str, str, ComposedLoop]] = []
+    tally = Tally()
+    gate = Gate(_registry(tally), audit=None)
+    chat = OpenAIChatAdapter(strict=True)
+    loops.append(
+        (
+            "handrail",
+            "composed loop",
+            ComposedLoop(gate=gate, principal=_principal(), adapter=chat, tally=tally),
+        )
+    )
+    for name, make in WIRE_ADAPTERS.items():
+        adapter = make()
+        for way in WIRE_WAYS:
+            render = adapter.to_wire if way == "whole" else adapter.renderer().render
+            loop = ComposedLoop(
+                gate=gate, principal=_principal(), adapter=chat, tally=tally, render=render
+            )
+            loops.append((f"wire_{name}_{way}", f"composed loop + {name} {way}", loop))
+    return [
+        Case(key=f"{key}@{size}", label=f"{label}, N = {size}", api="", run=loop.run, calls=size)
+        for key, label, loop in loops
+        for size in sizes
+    ]
+
+
+def wire_growth_findings(cases: list[Case], sizes: tuple[int, ...]) -> list[str]:
+    """Per adapter and way: what rendering adds per call at each size (same-round medians)."""
+    by_key = {case.key: case for case in cases}
+    out: list[str] = []
+    for name in WIRE_ADAPTERS:
+        for way in WIRE_WAYS:
+            added = []
+            for size in sizes:
+                base, wire = by_key[f"handrail@{size}"], by_key[f"wire_{name}_{way}@{size}"]
+                rounds = [w - b for w, b in zip(wire.per_call, base.per_call, strict=True)]
+                added.append(f"{summary(rounds).median:+.1f} µs/call at N = {size}")
+            out.append(f"{name} rendering, {way}: " + ", ".join(added))
+    return out
 
 
 # --- peers ------------------------------------------------------------------------------------
@@ -705,8 +771,8 @@ def findings(stats: list[Stats]) -> list[str]:
     if "handrail_wire" in by_key:
         wire = by_key["handrail_wire"]
         out.append(
-            f"  rendering the transcript to Chat Completions each turn adds "
-            f"{wire.median_us - ours.median_us:+.1f} µs/call (grows with the transcript)",
+            f"  rendering the transcript to Chat Completions each turn (new turns only, "
+            f"as OpenAICompatibleClient does) adds {wire.median_us - ours.median_us:+.1f} µs/call",
         )
     if AGENT_MEMORY in by_key:
         agent = by_key[AGENT_MEMORY]
@@ -767,7 +833,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         if args.growth:
-            cases = growth_cases(stack, args.sizes)
+            cases = wire_growth_cases(args.sizes) if args.wire else growth_cases(stack, args.sizes)
             await measure(
                 cases, rounds=args.rounds, calls=args.calls, runs=args.runs, warmup=args.warmup
             )
@@ -785,7 +851,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
                 )
                 for case in cases
             ]
-            return stats, growth_findings(cases, args.sizes)
+            found = (wire_growth_findings if args.wire else growth_findings)(cases, args.sizes)
+            return stats, found
         cases = [*handrail_cases(), *agent_loop_cases(stack, sqlite=args.sqlite)]
         if args.peers:
             more, skipped = await peer_cases()
@@ -814,6 +881,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "ratio of their per-call costs (does a call cost more in a long run?)",
     )
     parser.add_argument(
+        "--wire",
+        action="store_true",
+        help="with --growth: measure the composed loop with each adapter's rendering "
+        "(whole to_wire, and TranscriptRenderer) instead of the AgentLoop paths",
+    )
+    parser.add_argument(
         "--sizes",
         default="10,200",
         help="with --growth: run sizes, comma-separated (default 10,200)",
@@ -834,6 +907,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sizes = tuple(sorted({int(size) for size in args.sizes.split(",")}))
     except ValueError:
         parser.error("--sizes is a comma-separated list of numbers")
+    if args.wire and not args.growth:
+        parser.error("--wire goes with --growth")
     if len(args.sizes) < 2 or min(args.sizes) < 1:
         parser.error("--sizes needs two or more positive sizes")
     if args.rounds < 1 or args.calls < 1 or args.runs < 1 or args.warmup < 0:
@@ -848,7 +923,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args)
     if args.growth:
         print(
-            f"Growth of the AgentLoop's cost per tool call: runs of N = "
+            f"Growth of the {'rendering' if args.wire else 'AgentLoop'}'s cost per tool call: "
+            f"runs of N = "
             f"{', '.join(map(str, args.sizes))} calls, each against runs of 0; {args.rounds} "
             f"rounds x {args.runs} runs per path, interleaved; Python {env['python']}, "
             f"{env['cpus']} CPUs.",

@@ -200,3 +200,30 @@ def test_peers_are_measured_when_installed(bench: ModuleType, tmp_path: Path) ->
 def test_bad_sizes_are_refused(bench: ModuleType) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--runs", "-1"])
+
+
+def test_growth_with_wire_measures_every_adapter_both_ways(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    payload = _run(bench, tmp_path, "--growth", "--wire", "--sizes", "1,2")
+    keys = {row["key"] for row in payload["results"]}  # type: ignore[attr-defined]
+    adapters = ("chat", "responses", "anthropic", "gemini")
+    expected = {
+        f"wire_{a}_{way}@{n}" for a in adapters for way in ("whole", "renderer") for n in (1, 2)
+    }
+    assert keys == expected | {"handrail@1", "handrail@2"}
+    findings = payload["findings"]
+    assert isinstance(findings, list)
+    assert len(findings) == 8
+    assert all("µs/call at N = 1" in line and "at N = 2" in line for line in findings)
+
+
+async def test_every_rendering_loop_runs_the_tool_and_finishes(bench: ModuleType) -> None:
+    for case in bench.wire_growth_cases((3, 4)):
+        outcome = await case.run(case.calls)
+        assert outcome == bench.RunOutcome(text=bench.FINAL_TEXT, tool_runs=case.calls)
+
+
+def test_wire_needs_growth(bench: ModuleType) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--wire"])

@@ -934,3 +934,23 @@ async def test_the_scripted_client_streams_its_text_in_deltas_then_the_reply() -
     assert all(isinstance(d, TextDelta) and 0 < len(d.text) <= 5 for d in deltas)
     assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == reply.text
     assert len(deltas) == 6
+
+
+async def test_clients_send_a_growing_conversation_as_to_wire_renders_it_whole(
+    server: ScriptedServer, chat: OpenAICompatibleClient, claude: AnthropicClient
+) -> None:
+    # Each client renders only the turns a request adds; what it sends never differs.
+    whole = [*conversation(), AssistantTurn(text="In stock."), UserTurn(text="And Emma?")]
+    replayed = [*conversation(error=True), AssistantTurn(text="Not found.")]
+    requests = [whole[:1], whole[:3], whole[:3], whole, replayed, whole[:2]]
+    clients: list[tuple[OpenAICompatibleClient | AnthropicClient, str, dict[str, Any]]] = [
+        (chat, CHAT, completion(content="ok", finish_reason="stop")),
+        (claude, MESSAGES, message({"type": "text", "text": "ok"}, stop_reason="end_turn")),
+    ]
+    for client, path, answer in clients:
+        for transcript in requests:
+            server.script(path, Answer(body=answer))
+            await client.complete(ModelRequest(transcript=transcript), timeout=5)
+        sent = [recorded.body["messages"] for recorded in server.received if recorded.path == path]
+        expected = [json.loads(json.dumps(client.adapter.to_wire(t))) for t in requests]
+        assert sent == expected

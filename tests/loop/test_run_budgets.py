@@ -638,3 +638,23 @@ def test_a_tracker_never_admits_more_than_configured(
     if identical is not None:
         assert all(n <= identical for n in same.values())
     assert tracker.steps == steps
+
+
+def test_a_snapshot_without_identical_counts_leaves_out_only_them() -> None:
+    tracker = _tracker(max_identical_calls=5)
+    for n in range(3):
+        call = _call(arguments=json.dumps({"q": n}), call_id=f"c{n}")
+        tracker.admit_call(call)
+        tracker.record_result(call, _ok(call))
+    whole = tracker.snapshot()
+    light = tracker.snapshot(identical=False)
+    assert len(whole["identical"]) == 3
+    assert "identical" not in light
+    assert {**light, "identical": whole["identical"]} == whole
+    # Alone it is no snapshot to resume from: the counts must be added back first.
+    with pytest.raises(ConfigurationError):
+        BudgetTracker.restore(light, _budget(), FixedClock())
+    restored = BudgetTracker.restore(
+        {**light, "identical": whole["identical"]}, _budget(), FixedClock()
+    )
+    assert restored.snapshot() == whole

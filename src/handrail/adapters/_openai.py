@@ -23,7 +23,7 @@ from handrail.adapters.base import (
     UnsupportedSchemaError,
     UntranslatableError,
 )
-from handrail.adapters.transcript import AssistantTurn, ToolResultsTurn, Turn, UserTurn
+from handrail.adapters.transcript import AssistantTurn, ToolResult, ToolResultsTurn, Turn, UserTurn
 from handrail.calls import ToolCall
 from handrail.checks.syntax import ArgumentLimits, parse_arguments
 from handrail.errors import ConfigurationError, Refusal
@@ -32,6 +32,7 @@ from handrail.spec import ToolSpec
 
 __all__ = [
     "Shape",
+    "TranscriptCheck",
     "arguments_text",
     "build_definitions",
     "check_transcript",
@@ -257,34 +258,62 @@ def check_transcript(transcript: Sequence[Turn], *, merges_assistant_turns: bool
     a name that reads back as another. Where assistant turns are items in one list
     (Responses), a turn without text right after an assistant turn would merge into it.
     """
-    names: dict[str, str] = {}
-    previous: Turn | None = None
-    for turn in transcript:
-        if isinstance(turn, UserTurn):
-            pass
-        elif isinstance(turn, AssistantTurn):
-            if turn.text is None and not turn.calls:
-                raise UntranslatableError("an assistant turn without text or calls")
-            if merges_assistant_turns and turn.text is None and isinstance(previous, AssistantTurn):
-                raise UntranslatableError("an assistant turn without text after another one")
-            for call in turn.calls:
-                if name_from_wire(name_to_wire(call.name)) != call.name:
-                    raise UntranslatableError(f"the tool name {call.name!r} reads back as another")
-                names[call.id] = call.name
-        elif isinstance(turn, ToolResultsTurn):
-            if not turn.results or isinstance(previous, ToolResultsTurn):
-                raise UntranslatableError("an empty results turn, or two results turns in a row")
-            for result in turn.results:
-                if names.get(result.call_id) != result.tool:
+    TranscriptCheck(merges_assistant_turns=merges_assistant_turns).extend(transcript)
+
+
+class TranscriptCheck:
+    """`check_transcript` turn by turn: what it knows of the turns checked so far.
+
+    Checking a transcript's turns in one `extend` or over several (in order) refuses
+    exactly the same turn with the same error. After a refusal the check is spent: it
+    must not be extended again.
+    """
+
+    __slots__ = ("_merges", "_names", "_previous")
+
+    def __init__(self, *, merges_assistant_turns: bool) -> None:
+        self._merges = merges_assistant_turns
+        self._names: dict[str, str] = {}
+        self._previous: Turn | None = None
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        """Check the turns that follow those checked so far; UntranslatableError if refused."""
+        names = self._names
+        previous = self._previous
+        for turn in turns:
+            if isinstance(turn, UserTurn):
+                pass
+            elif isinstance(turn, AssistantTurn):
+                if turn.text is None and not turn.calls:
+                    raise UntranslatableError("an assistant turn without text or calls")
+                if self._merges and turn.text is None and isinstance(previous, AssistantTurn):
+                    raise UntranslatableError("an assistant turn without text after another one")
+                for call in turn.calls:
+                    if name_from_wire(name_to_wire(call.name)) != call.name:
+                        raise UntranslatableError(
+                            f"the tool name {call.name!r} reads back as another"
+                        )
+                    names[call.id] = call.name
+            elif isinstance(turn, ToolResultsTurn):
+                if not turn.results or isinstance(previous, ToolResultsTurn):
                     raise UntranslatableError(
-                        f"the result for {result.call_id!r} names a tool no earlier call with "
-                        f"that id named",
+                        "an empty results turn, or two results turns in a row"
                     )
-                if result.is_error != is_error_content(result.content):
-                    raise UntranslatableError(
-                        f"the result for {result.call_id!r} has is_error={result.is_error}, "
-                        f"but its content is not an envelope saying so",
-                    )
-        else:  # pragma: no cover - closed by the Turn union
-            assert_never(turn)
-        previous = turn
+                for result in turn.results:
+                    _check_result(result, names)
+            else:  # pragma: no cover - closed by the Turn union
+                assert_never(turn)
+            previous = turn
+            self._previous = turn
+
+
+def _check_result(result: ToolResult, names: Mapping[str, str]) -> None:
+    if names.get(result.call_id) != result.tool:
+        raise UntranslatableError(
+            f"the result for {result.call_id!r} names a tool no earlier call with that id named",
+        )
+    if result.is_error != is_error_content(result.content):
+        raise UntranslatableError(
+            f"the result for {result.call_id!r} has is_error={result.is_error}, "
+            f"but its content is not an envelope saying so",
+        )

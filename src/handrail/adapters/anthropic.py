@@ -35,6 +35,7 @@ from handrail.adapters.base import (
     UnsupportedSchemaError,
     UntranslatableError,
 )
+from handrail.adapters.rendering import TranscriptRenderer
 from handrail.adapters.transcript import (
     AssistantTurn,
     ToolResult,
@@ -174,31 +175,16 @@ class AnthropicAdapter:
         ids, a call id used twice, blank user text, an empty assistant turn, or
         arguments that are not a JSON object.
         """
-        messages: list[dict[str, Any]] = []
-        user: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        previous: Turn | None = None
-        for turn in transcript:
-            pending = previous.calls if isinstance(previous, AssistantTurn) else ()
-            if isinstance(turn, AssistantTurn):
-                if isinstance(previous, AssistantTurn):
-                    raise UntranslatableError(
-                        "two assistant turns in a row: Anthropic would merge them into one",
-                    )
-                _flush(messages, user)
-                messages.append(_message("assistant", _assistant_blocks(turn, seen)))
-            elif isinstance(turn, ToolResultsTurn):
-                _check_answers(pending, turn.results)
-                user.extend(_result_block(result) for result in turn.results)
-            else:
-                if pending:
-                    raise UntranslatableError("user text cannot answer calls; results must")
-                if not turn.text.strip():
-                    raise UntranslatableError("Anthropic refuses blank user text")
-                user.append({"type": "text", "text": turn.text})
-            previous = turn
-        _flush(messages, user)
-        return messages
+        state = _AnthropicWire()
+        state.extend(transcript)
+        return state.wire()
+
+    def renderer(self, *, conversations: int = 16) -> TranscriptRenderer:
+        """A renderer that gives what `to_wire` gives, rendering each new turn only once.
+
+        The last user message stays open while results and user text may still join it.
+        """
+        return TranscriptRenderer(_AnthropicWire, conversations=conversations)
 
     def from_wire(self, messages: Sequence[object]) -> list[Turn]:
         """Neutral turns for Messages API messages (dicts, params or SDK `Message`s).
@@ -260,6 +246,47 @@ def _id_from_wire(wire: str) -> str:
 
 
 # --- transcripts ---------------------------------------------------------------------------
+
+
+class _AnthropicWire:
+    """A transcript's messages so far, the last user message still open (`WireState`)."""
+
+    __slots__ = ("_messages", "_previous", "_seen", "_user")
+
+    def __init__(self) -> None:
+        self._messages: list[dict[str, Any]] = []
+        self._user: list[dict[str, Any]] = []
+        """The blocks of the user message still open: results, then user text."""
+        self._seen: set[str] = set()
+        self._previous: Turn | None = None
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        messages, user, seen, previous = self._messages, self._user, self._seen, self._previous
+        for turn in turns:
+            pending = previous.calls if isinstance(previous, AssistantTurn) else ()
+            if isinstance(turn, AssistantTurn):
+                if isinstance(previous, AssistantTurn):
+                    raise UntranslatableError(
+                        "two assistant turns in a row: Anthropic would merge them into one",
+                    )
+                _flush(messages, user)
+                messages.append(_message("assistant", _assistant_blocks(turn, seen)))
+            elif isinstance(turn, ToolResultsTurn):
+                _check_answers(pending, turn.results)
+                user.extend(_result_block(result) for result in turn.results)
+            else:
+                if pending:
+                    raise UntranslatableError("user text cannot answer calls; results must")
+                if not turn.text.strip():
+                    raise UntranslatableError("Anthropic refuses blank user text")
+                user.append({"type": "text", "text": turn.text})
+            previous = turn
+            self._previous = turn
+
+    def wire(self) -> list[dict[str, Any]]:
+        if not self._user:
+            return list(self._messages)
+        return [*self._messages, _message("user", list(self._user))]
 
 
 def _message(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:

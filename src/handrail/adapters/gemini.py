@@ -73,6 +73,7 @@ from handrail.adapters.base import (
     UnsupportedSchemaError,
     UntranslatableError,
 )
+from handrail.adapters.rendering import TranscriptRenderer
 from handrail.adapters.transcript import (
     AssistantTurn,
     ToolResult,
@@ -215,36 +216,13 @@ class GeminiAdapter:
         Raises UntranslatableError for a turn with nothing in it (Gemini refuses empty
         parts) and for call arguments that are not a JSON object.
         """
-        contents: list[dict[str, Any]] = []
-        wire_names: dict[str, str] = {}
-        for turn in transcript:
-            if isinstance(turn, UserTurn):
-                contents.append({"role": "user", "parts": [{"text": turn.text}]})
-            elif isinstance(turn, AssistantTurn):
-                parts: list[dict[str, Any]] = []
-                if turn.text is not None:
-                    parts.append({"text": turn.text})
-                for call in turn.calls:
-                    wire_names[call.id] = _wire_name(call)
-                    parts.append(_call_part(call, wire_names[call.id]))
-                if not parts:
-                    raise UntranslatableError("an assistant turn without text or calls")
-                contents.append({"role": "model", "parts": parts})
-            elif isinstance(turn, ToolResultsTurn):
-                if not turn.results:
-                    raise UntranslatableError("a tool results turn without results")
-                parts = [
-                    _response_part(
-                        result,
-                        wire_names.get(result.call_id) or name_to_wire(result.tool),
-                        id_to_wire(result.call_id),
-                    )
-                    for result in turn.results
-                ]
-                contents.append({"role": "user", "parts": parts})
-            else:  # pragma: no cover - closed by the Turn union
-                assert_never(turn)
-        return contents
+        state = _GeminiWire()
+        state.extend(transcript)
+        return state.wire()
+
+    def renderer(self, *, conversations: int = 16) -> TranscriptRenderer:
+        """A renderer that gives what `to_wire` gives, rendering each new turn only once."""
+        return TranscriptRenderer(_GeminiWire, conversations=conversations)
 
     def from_wire(self, messages: Sequence[object]) -> list[Turn]:
         """Neutral turns for Gemini `contents` (SDK objects or dicts).
@@ -285,6 +263,49 @@ def tool_definitions(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 
 # --- results and transcripts out -------------------------------------------------------------
+
+
+class _GeminiWire:
+    """A transcript's contents so far, and the wire name of each call (`WireState`)."""
+
+    __slots__ = ("_contents", "_wire_names")
+
+    def __init__(self) -> None:
+        self._contents: list[dict[str, Any]] = []
+        self._wire_names: dict[str, str] = {}
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        contents, wire_names = self._contents, self._wire_names
+        for turn in turns:
+            if isinstance(turn, UserTurn):
+                contents.append({"role": "user", "parts": [{"text": turn.text}]})
+            elif isinstance(turn, AssistantTurn):
+                parts: list[dict[str, Any]] = []
+                if turn.text is not None:
+                    parts.append({"text": turn.text})
+                for call in turn.calls:
+                    wire_names[call.id] = _wire_name(call)
+                    parts.append(_call_part(call, wire_names[call.id]))
+                if not parts:
+                    raise UntranslatableError("an assistant turn without text or calls")
+                contents.append({"role": "model", "parts": parts})
+            elif isinstance(turn, ToolResultsTurn):
+                if not turn.results:
+                    raise UntranslatableError("a tool results turn without results")
+                parts = [
+                    _response_part(
+                        result,
+                        wire_names.get(result.call_id) or name_to_wire(result.tool),
+                        id_to_wire(result.call_id),
+                    )
+                    for result in turn.results
+                ]
+                contents.append({"role": "user", "parts": parts})
+            else:  # pragma: no cover - closed by the Turn union
+                assert_never(turn)
+
+    def wire(self) -> list[dict[str, Any]]:
+        return list(self._contents)
 
 
 def _response_part(result: ToolResult, wire_name: str, call_id: str | None) -> dict[str, Any]:

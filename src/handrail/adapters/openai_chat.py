@@ -19,6 +19,7 @@ from handrail.adapters._openai import field as read
 from handrail.adapters._openai import listed
 from handrail.adapters.base import Definitions, StreamAssembler, ToolChoice, ToolChoiceMode
 from handrail.adapters.base import UntranslatableError as Untranslatable
+from handrail.adapters.rendering import TranscriptRenderer
 from handrail.adapters.transcript import (
     AssistantTurn,
     ToolResult,
@@ -160,18 +161,13 @@ class OpenAIChatAdapter:
         (`_openai.check_transcript`), for instance `is_error` disagreeing with the
         envelope's status.
         """
-        _openai.check_transcript(transcript, merges_assistant_turns=False)
-        messages: list[dict[str, Any]] = []
-        for turn in transcript:
-            if isinstance(turn, UserTurn):
-                messages.append({"role": "user", "content": turn.text})
-            elif isinstance(turn, AssistantTurn):
-                messages.append(_assistant_message(turn))
-            elif isinstance(turn, ToolResultsTurn):
-                messages.extend(_tool_message(result) for result in turn.results)
-            else:  # pragma: no cover - closed by the Turn union
-                assert_never(turn)
-        return messages
+        state = _ChatWire()
+        state.extend(transcript)
+        return state.wire()
+
+    def renderer(self, *, conversations: int = 16) -> TranscriptRenderer:
+        """A renderer that gives what `to_wire` gives, rendering each new turn only once."""
+        return TranscriptRenderer(_ChatWire, conversations=conversations)
 
     def from_wire(self, messages: Sequence[object]) -> list[Turn]:
         """Neutral turns from chat messages (dicts or SDK objects).
@@ -203,6 +199,33 @@ class OpenAIChatAdapter:
         if pending:
             turns.append(ToolResultsTurn(results=tuple(pending)))
         return turns
+
+
+class _ChatWire:
+    """A transcript's chat messages so far (`rendering.WireState`)."""
+
+    __slots__ = ("_check", "_messages")
+
+    def __init__(self) -> None:
+        self._check = _openai.TranscriptCheck(merges_assistant_turns=False)
+        self._messages: list[dict[str, Any]] = []
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        # Every new turn is checked before any is rendered, as for a whole transcript.
+        self._check.extend(turns)
+        messages = self._messages
+        for turn in turns:
+            if isinstance(turn, UserTurn):
+                messages.append({"role": "user", "content": turn.text})
+            elif isinstance(turn, AssistantTurn):
+                messages.append(_assistant_message(turn))
+            elif isinstance(turn, ToolResultsTurn):
+                messages.extend(_tool_message(result) for result in turn.results)
+            else:  # pragma: no cover - closed by the Turn union
+                assert_never(turn)
+
+    def wire(self) -> list[dict[str, Any]]:
+        return list(self._messages)
 
 
 def _call(item: object, defect: str | None, restore: Mapping[str, object]) -> ToolCall:

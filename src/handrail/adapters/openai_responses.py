@@ -19,6 +19,7 @@ from handrail.adapters._openai import field as read
 from handrail.adapters._openai import listed
 from handrail.adapters.base import Definitions, StreamAssembler, ToolChoice, ToolChoiceMode
 from handrail.adapters.base import UntranslatableError as Untranslatable
+from handrail.adapters.rendering import TranscriptRenderer
 from handrail.adapters.transcript import (
     AssistantTurn,
     ToolResult,
@@ -173,9 +174,41 @@ class OpenAIResponsesAdapter:
         (`_openai.check_transcript`); here also an assistant turn without text right
         after another assistant turn, which would read back merged into it.
         """
-        _openai.check_transcript(transcript, merges_assistant_turns=True)
-        items: list[dict[str, Any]] = []
-        for turn in transcript:
+        state = _ResponsesWire()
+        state.extend(transcript)
+        return state.wire()
+
+    def renderer(self, *, conversations: int = 16) -> TranscriptRenderer:
+        """A renderer that gives what `to_wire` gives, rendering each new turn only once."""
+        return TranscriptRenderer(_ResponsesWire, conversations=conversations)
+
+    def from_wire(self, messages: Sequence[object]) -> list[Turn]:
+        """Neutral turns from input or output items (dicts or SDK objects).
+
+        An assistant message and the `function_call` items after it form one assistant
+        turn; consecutive `function_call_output` items one results turn, each output's
+        tool named by the earlier call with its `call_id` and `is_error` read from its
+        envelope's status. System and developer messages and reasoning items are not
+        tool-relevant and are skipped. Raises UntranslatableError for other item types,
+        non-text content, and an output for an id no earlier call had.
+        """
+        return _Reader().read(messages)
+
+
+class _ResponsesWire:
+    """A transcript's input items so far (`rendering.WireState`)."""
+
+    __slots__ = ("_check", "_items")
+
+    def __init__(self) -> None:
+        self._check = _openai.TranscriptCheck(merges_assistant_turns=True)
+        self._items: list[dict[str, Any]] = []
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        # Every new turn is checked before any is rendered, as for a whole transcript.
+        self._check.extend(turns)
+        items = self._items
+        for turn in turns:
             if isinstance(turn, UserTurn):
                 items.append({"type": "message", "role": "user", "content": turn.text})
             elif isinstance(turn, AssistantTurn):
@@ -194,19 +227,9 @@ class OpenAIResponsesAdapter:
                 items.extend(_output_item(result) for result in turn.results)
             else:  # pragma: no cover - closed by the Turn union
                 assert_never(turn)
-        return items
 
-    def from_wire(self, messages: Sequence[object]) -> list[Turn]:
-        """Neutral turns from input or output items (dicts or SDK objects).
-
-        An assistant message and the `function_call` items after it form one assistant
-        turn; consecutive `function_call_output` items one results turn, each output's
-        tool named by the earlier call with its `call_id` and `is_error` read from its
-        envelope's status. System and developer messages and reasoning items are not
-        tool-relevant and are skipped. Raises UntranslatableError for other item types,
-        non-text content, and an output for an id no earlier call had.
-        """
-        return _Reader().read(messages)
+    def wire(self) -> list[dict[str, Any]]:
+        return list(self._items)
 
 
 def _output_item(result: ToolResult) -> dict[str, Any]:

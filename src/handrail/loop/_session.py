@@ -132,10 +132,14 @@ class Session:
         )
 
     def snapshot(self, end: RunEnd | None = None) -> RunData:
-        """The run's document as the session stands, ended by `end` if given."""
+        """The run's document as the session stands, ended by `end` if given.
+
+        Its budget leaves out the identical-call counts, which grow with the run: the
+        store keeps the calls admitted instead (`log`), and a run read back has them.
+        """
         return dataclasses.replace(
             self.data,
-            budget=self.tracker.snapshot(),
+            budget=self.tracker.snapshot(identical=False),
             transcript=tuple(self.transcript[self.base :]),
             replies=tuple(self.replies),
             steps=tuple(self.steps),

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from handrail.canonical import canonical_json, sha256_hex
 from handrail.errors import ConfigurationError, ErrorCode, HandrailError
+from handrail.loop._fingerprint import arguments_fingerprint
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
@@ -45,7 +45,6 @@ SNAPSHOT_VERSION = 1
 
 _MILLION = Decimal(1_000_000)
 _AWAITING_A_PERSON = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
-_MAX_FINGERPRINT_TEXT = 1 << 20  # longer argument text is hashed as it is, never parsed
 
 
 class BudgetReason(StrEnum):
@@ -404,10 +403,15 @@ class BudgetTracker:
                 )
             )
 
-    def snapshot(self) -> dict[str, Any]:
-        """The state as JSON-able data, for suspending the run; see `restore`."""
+    def snapshot(self, *, identical: bool = True) -> dict[str, Any]:
+        """The state as JSON-able data, for suspending the run; see `restore`.
+
+        `identical=False` leaves out the identical-call counts, the one part that grows
+        with the run: for a store that keeps each admitted call and counts them again
+        when it reads the run (`loop._run_log`). Such a snapshot alone does not restore.
+        """
         elapsed = self._elapsed_before if self._origin is None else self.elapsed_seconds()
-        return {
+        snapshot: dict[str, Any] = {
             "version": SNAPSHOT_VERSION,
             "steps": self._steps,
             "elapsed_seconds": elapsed,
@@ -416,10 +420,14 @@ class BudgetTracker:
             "cost": str(self._cost),
             "tool_calls": self._tool_calls,
             "calls_by_tool": dict(self._calls_by_tool),
-            "identical": [[tool, key, n] for (tool, key), n in self._identical.items()],
-            "error_streaks": [[tool, code, n] for tool, (code, n) in self._error_streaks.items()],
-            "tripped": None if self._tripped is None else self._tripped.to_dict(),
         }
+        if identical:
+            snapshot["identical"] = [[tool, key, n] for (tool, key), n in self._identical.items()]
+        snapshot["error_streaks"] = [
+            [tool, code, n] for tool, (code, n) in self._error_streaks.items()
+        ]
+        snapshot["tripped"] = None if self._tripped is None else self._tripped.to_dict()
+        return snapshot
 
     @classmethod
     def restore(cls, snapshot: Mapping[str, Any], budget: RunBudget, clock: Clock) -> BudgetTracker:
@@ -486,43 +494,6 @@ class BudgetTracker:
         for reason, limit, used in checks:
             if limit is not None and (used > limit if strict else used >= limit):
                 self._trip(BudgetTrip(reason=reason, limit=limit, observed=used))
-
-
-def arguments_fingerprint(arguments: str | bytes | Mapping[str, object] | None) -> str:
-    """A stable hash of a call's arguments: equal JSON values hash equally.
-
-    JSON text and decoded objects are hashed in canonical form (RFC 8785), so key order
-    and whitespace do not matter, and no arguments equal `{}`. Anything that is not
-    canonical JSON (malformed or oversized text, NaN) is hashed as it was sent.
-    """
-    if arguments is None or (isinstance(arguments, str | bytes) and not arguments):
-        arguments = {}
-    value: object
-    if isinstance(arguments, str | bytes):
-        raw = (
-            arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else arguments
-        )
-        if len(raw) > _MAX_FINGERPRINT_TEXT:
-            return "raw:" + sha256_hex(raw)
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            return "raw:" + sha256_hex(raw)
-    else:
-        value = arguments
-    try:
-        return "json:" + sha256_hex(canonical_json(_plain(value)))
-    except (ValueError, TypeError, RecursionError):
-        return "raw:" + sha256_hex(repr(arguments).encode("utf-8", "surrogatepass"))
-
-
-def _plain(value: object) -> object:
-    """Mappings as dicts, so a MappingProxyType canonicalises like the dict it wraps."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
 
 
 def _count(

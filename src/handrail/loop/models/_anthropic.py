@@ -1,6 +1,7 @@
 """`AnthropicClient`: the Messages API through the official `anthropic` SDK.
 
-Renders a ModelRequest with `AnthropicAdapter` and reads the message back into a
+Renders a ModelRequest with `AnthropicAdapter` (the turns of a growing conversation
+each once, by its `TranscriptRenderer`) and reads the message back into a
 ModelReply, whole or streamed event by event. The SDK is imported only when a client
 is made. It never retries on its own (the loop owns retries), runs a call or decides
 when a run ends.
@@ -71,6 +72,8 @@ class AnthropicClient:
             raise ConfigurationError("max_retries cannot be negative")
         self.name = f"anthropic/{model}"
         self.adapter = AnthropicAdapter(strict=strict)
+        # One conversation grows by a few turns per request: render only those.
+        self._renderer = self.adapter.renderer()
         self._model = model
         self._max_tokens = max_tokens
         self._owned = client is None
@@ -134,7 +137,7 @@ class AnthropicClient:
         options: dict[str, Any] = {
             "model": self._model,
             "max_tokens": request.max_output_tokens or self._max_tokens,
-            "messages": self.adapter.to_wire(request.transcript),
+            "messages": self._renderer.render(request.transcript),
         }
         if request.system is not None:
             options["system"] = request.system

@@ -1,6 +1,7 @@
 """`OpenAICompatibleClient`: Chat Completions through the official `openai` SDK.
 
-Renders a ModelRequest with `OpenAIChatAdapter` and reads the completion back into a
+Renders a ModelRequest with `OpenAIChatAdapter` (the turns of a growing conversation
+each once, by its `TranscriptRenderer`) and reads the completion back into a
 ModelReply, whole or streamed chunk by chunk. The SDK is imported only when a client is
 made. It never retries on its own (the loop owns retries), runs a call or decides when
 a run ends.
@@ -71,6 +72,8 @@ class OpenAICompatibleClient:
             raise ConfigurationError("max_retries cannot be negative")
         self.name = f"openai-chat/{model}"
         self.adapter = OpenAIChatAdapter(strict=strict)
+        # One conversation grows by a few turns per request: render only those.
+        self._renderer = self.adapter.renderer()
         self._model = model
         self._max_tokens_field = max_tokens_field
         self._stream_usage = stream_usage
@@ -136,7 +139,7 @@ class OpenAICompatibleClient:
         messages: list[dict[str, Any]] = []
         if request.system is not None:
             messages.append({"role": "system", "content": request.system})
-        messages.extend(self.adapter.to_wire(request.transcript))
+        messages.extend(self._renderer.render(request.transcript))
         options: dict[str, Any] = {"model": self._model, "messages": messages}
         if definitions.payload:
             options["tools"] = definitions.payload

@@ -1,6 +1,7 @@
 """`OpenAIResponsesClient`: the Responses API through the official `openai` SDK.
 
-Renders a ModelRequest with `OpenAIResponsesAdapter` (input items, instructions) and
+Renders a ModelRequest with `OpenAIResponsesAdapter` (input items, instructions; the
+turns of a growing conversation each once, by its `TranscriptRenderer`) and
 reads the response's output items back into a ModelReply, whole or streamed event by
 event. The SDK is imported only when a client is made. It never retries on its own
 (the loop owns retries), runs a call or decides when a run ends.
@@ -73,6 +74,8 @@ class OpenAIResponsesClient:
             raise ConfigurationError("max_retries cannot be negative")
         self.name = f"openai-responses/{model}"
         self.adapter = OpenAIResponsesAdapter(strict=strict)
+        # One conversation grows by a few turns per request: render only those.
+        self._renderer = self.adapter.renderer()
         self._model = model
         self._store = store
         self._owned = client is None
@@ -147,7 +150,7 @@ class OpenAIResponsesClient:
     def _options(self, request: ModelRequest, definitions: Definitions) -> dict[str, Any]:
         options: dict[str, Any] = {
             "model": self._model,
-            "input": self.adapter.to_wire(request.transcript),
+            "input": self._renderer.render(request.transcript),
         }
         if request.system is not None:
             options["instructions"] = request.system
