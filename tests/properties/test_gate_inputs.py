@@ -168,3 +168,15 @@ def test_any_python_value_as_decoded_arguments_comes_back_as_an_envelope(
     arguments: object,
 ) -> None:
     _check(gate, principal, arguments, f"python-{next(_ids)}")
+
+
+def test_a_summary_that_redaction_lengthens_is_bounded_again(
+    gate: Gate, principal: Principal, audit: MemoryAuditSink
+) -> None:
+    # Phone-like numbers become longer placeholders once the summary is redacted.
+    arguments = {f"k{n}": [-15663910636 - i for i in range(8)] for n in range(8)}
+    _check(gate, principal, arguments, "redaction-grows")
+    summaries = [event.args_summary or "" for event in audit.for_call("redaction-grows")]
+    assert summaries
+    assert any("REDACTED" in summary for summary in summaries)
+    assert all(len(summary) <= 512 for summary in summaries)

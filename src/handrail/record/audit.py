@@ -198,7 +198,8 @@ class Auditor:
 def _scrubbed_subject(subject: AuditSubject, scrub: Callable[[str], str]) -> AuditSubject:
     summary = subject.args_summary
     if summary is not None and (clean := scrub(summary)) != summary:
-        return replace(subject, args_summary=clean)
+        # A placeholder can be longer than what it replaced: bound the summary again.
+        return replace(subject, args_summary=_bounded(clean))
     return subject
 
 
@@ -288,5 +289,8 @@ def summarize_arguments(arguments: object) -> str:
     and the whole summary is bounded. Full pattern-based redaction is the shaping
     layer's job; this only keeps the audit log from becoming a copy of the input.
     """
-    text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
+    return _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0)))
+
+
+def _bounded(text: str) -> str:
     return text if len(text) <= _SUMMARY_TOTAL else text[: _SUMMARY_TOTAL - 1] + "…"
