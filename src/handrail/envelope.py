@@ -133,7 +133,8 @@ class Envelope:
             msg = "an envelope is truncated exactly when its status is 'truncated'"
             raise ValueError(msg)
         if self.redacted is not _NO_REDACTIONS:
-            object.__setattr__(self, "redacted", MappingProxyType(dict(self.redacted)))
+            redacted = MappingProxyType(dict(self.redacted)) if self.redacted else _NO_REDACTIONS
+            object.__setattr__(self, "redacted", redacted)
 
     @property
     def source_label(self) -> str:

@@ -87,6 +87,65 @@ def _reject_constant(name: str) -> Any:  # noqa: ANN401 - json's hook signature
 _DECODER = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
 
 
+# Without hooks the decoder builds objects in C: the quick path of small flat objects.
+_PLAIN_DECODER = json.JSONDecoder()
+_QUICK_MAX_CHARS = 2048
+_QUICK_MAX_MEMBERS = 32
+
+
+def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] | None:
+    r"""A small flat object decoded and checked without the hooks, or None.
+
+    Only for text with one `{` and no `[`: a flat object of scalars. No key is
+    repeated when its members and the `:` in its decoded strings are as many as the
+    `:` in the text (each member has one; a repeated member's strings are gone from
+    the decoded object, so they cannot make up for it; and without a `\u` escape a
+    decoded `:` was one in the text). Each scalar is checked as `_check_shape` would.
+    None means "not proven here": the full path decides, and gives any refusal.
+    """
+    if len(text) > _QUICK_MAX_CHARS or text.count("{") != 1 or "[" in text:
+        return None
+    try:
+        value, end = _PLAIN_DECODER.raw_decode(text)
+    except ValueError:
+        return None
+    if (
+        end != len(text)
+        or type(value) is not dict
+        or len(value) > _QUICK_MAX_MEMBERS
+        or len(value) + 1 > limits.max_items
+    ):
+        return None
+    colons = text.count(":") - len(value)
+    if colons and "\\u" in text:
+        return None
+    return value if _flat_members_pass(value, colons, write=write) else None
+
+
+def _flat_members_pass(value: dict[str, Any], colons: int, *, write: bool) -> bool:
+    """Whether a flat object's scalars pass, and its strings hold the `colons` left over."""
+    for key, member in value.items():
+        if not _is_text(key):
+            return False
+        kind = type(member)
+        if colons:
+            colons -= key.count(":")
+        if kind is str:
+            if not _is_text(member):
+                return False
+            if colons:
+                colons -= member.count(":")
+        elif kind is int:
+            if not -_SAFE_INTEGER <= member <= _SAFE_INTEGER:
+                return False
+        elif kind is float:
+            if not math.isfinite(member) or (write and inexact_in_a_plan(member)):
+                return False
+        elif member is not None and kind is not bool:
+            return False
+    return colons == 0
+
+
 def _is_text(value: str) -> bool:
     return value.isascii() or _SURROGATE.search(value) is None
 
@@ -287,6 +346,9 @@ def parse_arguments(
         raise _syntax(f"arguments of type {type(raw).__name__} are not JSON")
     if not text or text.isspace():
         return {}
+    quick = _quick(text, limits, write=write)
+    if quick is not None:
+        return quick
     try:
         value = _DECODER.decode(text)
     except _DuplicateKeyError as exc:

@@ -86,13 +86,7 @@ class Invoker:
         try:
             return await within(work, remaining)
         except DeadlineExceededError:
-            raise Refusal(
-                ErrorCode.TIMEOUT,
-                "The call ran out of time before it finished. You may retry it once.",
-                stage=stage,
-                retryable=True,
-                detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
-            ) from None
+            raise _timeout(stage, remaining) from None
 
     async def execute(
         self,
@@ -103,18 +97,22 @@ class Invoker:
     ) -> object:
         """Run a read under the deadline and its retry policy; what it raised, as a refusal."""
         policy = tool.spec.retry
-        transient_types = policy.transient
-
-        def retryable(exc: BaseException) -> bool:
-            # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
-            if isinstance(exc, ToolSignal):
-                return exc.retryable
-            return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
-
         try:
             if policy.max_attempts == 1:
-                # The common case pays for no retry machinery.
-                return await self.within(deadline, "execute", tool.invoke(bound, ctx))
+                # The common case pays for no retry machinery (and no extra frame).
+                remaining = deadline - self._clock.monotonic()
+                try:
+                    return await within(tool.invoke(bound, ctx), remaining)
+                except DeadlineExceededError:
+                    raise _timeout("execute", remaining) from None
+            transient_types = policy.transient
+
+            def retryable(exc: BaseException) -> bool:
+                # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
+                if isinstance(exc, ToolSignal):
+                    return exc.retryable
+                return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
+
             return await retrying(
                 lambda _attempt: self.within(deadline, "execute", tool.invoke(bound, ctx)),
                 policy=policy,
@@ -175,3 +173,14 @@ class Invoker:
                 stage="result",
                 detail=f"result is not JSON-serialisable: {describe_exception(exc)}",
             ) from None
+
+
+def _timeout(stage: str, remaining: float) -> Refusal:
+    """The TIMEOUT refusal of a deadline that passed in `stage`."""
+    return Refusal(
+        ErrorCode.TIMEOUT,
+        "The call ran out of time before it finished. You may retry it once.",
+        stage=stage,
+        retryable=True,
+        detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
+    )

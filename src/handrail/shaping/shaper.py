@@ -138,16 +138,20 @@ class Shaper:
             data = ledger.scrub_value(data)
             encoded = json_text(data).encode()
         policy = spec.results
-        shown, omissions = (
-            (data, ()) if policy.projection is None else policy.projection.apply(data)
-        )
-        projected = policy.projection is not None and shown != data
-        redacted = self._redactor.value(shown, policy.redaction)
-        counts = _counts(redacted.counts)
-        shown = redacted.value
-        # Unchanged data is measured by the text already encoded.
-        text = encoded.decode() if not (projected or counts) else json_text(shown)
-        fits = budget.allows(text, self._estimator)
+        projection = policy.projection
+        shown, omissions = (data, ()) if projection is None else projection.apply(data)
+        projected = projection is not None and shown != data
+        # `data` is this call's own copy (see `jsonable`): unchanged, it is shown as is.
+        shown, found = self._redactor.apply(shown, policy.redaction, share=True)
+        counts = _counts(found) if found else {}
+        if projected or counts:
+            fits = budget.allows(json_text(shown), self._estimator)
+        elif budget.max_tokens is None and len(encoded) <= budget.max_chars:
+            # Unchanged data is measured by the text already encoded; UTF-8 has at
+            # least one byte per character, so its length bounds the text's.
+            fits = True
+        else:
+            fits = budget.allows(encoded.decode(), self._estimator)
         if (
             not fits
             and policy.overflow is Overflow.PAGINATE
