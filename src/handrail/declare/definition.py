@@ -161,7 +161,8 @@ class Tool:
         if self._model is None:
             return BoundArguments(arguments, arguments)
         try:
-            value = self._model.model_validate(arguments)
+            # `model_validate` with its defaults, less its own frame.
+            value = self._model.__pydantic_validator__.validate_python(arguments)
         except pydantic.ValidationError as exc:
             errors = {
                 json_path(err["loc"]): str(err["msg"])[:160]

@@ -125,7 +125,7 @@ class Redactor:
     the default; each call may pass a tool's own.
     """
 
-    __slots__ = ("_detectors", "_key", "_policy")
+    __slots__ = ("_detectors", "_key", "_min_finding", "_policy")
 
     def __init__(self, *, hash_key: bytes, policy: RedactionPolicy | None = None) -> None:
         if len(hash_key) < _MIN_HASH_KEY_BYTES:
@@ -134,9 +134,10 @@ class Redactor:
             )
         # Loaded with the first Redactor, not with `import handrail`: the detectors pull
         # in detect-secrets (and with it requests), phonenumbers and python-stdnum.
-        from handrail.shaping._detectors import Detectors  # noqa: PLC0415
+        from handrail.shaping._detectors import MIN_FINDING, Detectors  # noqa: PLC0415
 
         self._detectors: Detectors = Detectors()
+        self._min_finding = MIN_FINDING
         self._key = bytes(hash_key)
         self._policy = policy or RedactionPolicy()
 
@@ -200,9 +201,10 @@ class Redactor:
         found: list[Finding] = []
         status = _gather(value, texts, self._detectors, 0)
         if status != _FULL:
-            if not policy.keeps_everything:
+            if policy.default is not RedactionAction.KEEP or not policy.keeps_everything:
                 joined = _SEPARATOR.join(texts)
-                found = self.find(joined, policy)
+                if len(joined) >= self._min_finding:  # shorter, `find` finds nothing
+                    found = self.find(joined, policy)
             if not found:
                 return (value if share and status == _PLAIN else _copy(value)), _NO_COUNTS
         return self._value(value, policy, joined, found)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from handrail.envelope import Envelope, Omission, Status, jsonable
+from handrail.envelope import Envelope, Omission, Status, jsonable, result_envelope
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, Refusal
 from handrail.shaping.budget import (
     Budget,
@@ -128,7 +128,12 @@ class Shaper:
         """
         if isinstance(result, Page):
             return self.page_envelope(call_id, spec.name, result)
-        budget = self.budget_for(spec, share)
+        policy = spec.results
+        budget = (
+            self._budget
+            if share is None and policy.max_chars is None and policy.max_tokens is None
+            else self.budget_for(spec, share)
+        )
         if isinstance(result, TextStream):
             return await self._shape_stream(
                 call_id, spec, principal, result, budget=budget, ledger=ledger
@@ -137,7 +142,6 @@ class Shaper:
         if ledger is not None and len(ledger):
             data = ledger.scrub_value(data)
             encoded = json_text(data).encode()
-        policy = spec.results
         projection = policy.projection
         shown, omissions = (data, ()) if projection is None else projection.apply(data)
         projected = projection is not None and shown != data
@@ -449,19 +453,19 @@ class Shaper:
                 summary += " " + _cut_note(omissions, hint)
         if counts:
             summary += _redaction_note(counts)
-        return Envelope(
-            call_id=call_id,
-            tool=name,
-            status=status,
-            summary=summary,
-            data=data,
-            truncated=truncated,
-            ref=ref,
-            schema_version=spec.schema_version,
-            trust=spec.results.trust,
-            source=spec.results.source,
-            omitted=omissions,
-            redacted=counts,
+        results = spec.results
+        return result_envelope(
+            call_id,
+            name,
+            status,
+            summary,
+            data,
+            spec.schema_version,
+            results.trust,
+            results.source,
+            omissions,
+            counts,
+            ref,
         )
 
 
