@@ -239,8 +239,9 @@ class Gate:
                     trail.record("quota", "pass")
 
             if read_only:
-                result = await self._invoker.execute(tool, bound, ctx, call_deadline)
-                envelope = await self._invoker.shape(call, tool, principal, result, _share)
+                envelope = await self._invoker.read(
+                    call, tool, principal, bound, ctx, call_deadline, _share
+                )
                 if trail:
                     trail.record("execute", "ok", code=envelope.status.value)
             else:
