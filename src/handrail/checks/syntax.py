@@ -93,7 +93,7 @@ _QUICK_MAX_CHARS = 2048
 _QUICK_MAX_MEMBERS = 32
 
 
-def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] | None:
+def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] | None:  # noqa: PLR0911 - one pass, no calls
     r"""A small flat object decoded and checked without the hooks, or None.
 
     Only for text with one `{` and no `[`: a flat object of scalars. No key is
@@ -119,31 +119,27 @@ def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] 
     colons = text.count(":") - len(value)
     if colons and "\\u" in text:
         return None
-    return value if _flat_members_pass(value, colons, write=write) else None
-
-
-def _flat_members_pass(value: dict[str, Any], colons: int, *, write: bool) -> bool:
-    """Whether a flat object's scalars pass, and its strings hold the `colons` left over."""
+    # The members, checked as `_check_shape` would check them.
     for key, member in value.items():
-        if not _is_text(key):
-            return False
+        if not (key.isascii() or _is_text(key)):
+            return None
         kind = type(member)
         if colons:
             colons -= key.count(":")
         if kind is str:
-            if not _is_text(member):
-                return False
+            if not (member.isascii() or _is_text(member)):
+                return None
             if colons:
                 colons -= member.count(":")
         elif kind is int:
             if not -_SAFE_INTEGER <= member <= _SAFE_INTEGER:
-                return False
+                return None
         elif kind is float:
             if not math.isfinite(member) or (write and inexact_in_a_plan(member)):
-                return False
+                return None
         elif member is not None and kind is not bool:
-            return False
-    return colons == 0
+            return None
+    return value if colons == 0 else None
 
 
 def _is_text(value: str) -> bool:

@@ -403,7 +403,9 @@ def _signature_invoker(
     is_async: bool,
 ) -> _Invoke:
     async def invoke(bound: BoundArguments, ctx: ToolContext | None) -> object:
-        # A pydantic model's __dict__ holds exactly its field values.
+        # A pydantic model's __dict__ holds exactly its field values (`**` copies them).
+        if ctx is None and is_async:
+            return await fn(**bound.value.__dict__)
         kwargs = dict(bound.value.__dict__)
         if ctx is not None:
             for param, marker in trusted.items():
