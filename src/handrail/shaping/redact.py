@@ -116,6 +116,9 @@ class _Dropped:
 
 _DROPPED: Final = _Dropped()
 
+# Built once: `isinstance(x, dict | list | tuple)` would build the union on every call.
+_CONTAINER: Final = dict | list | tuple
+
 
 class Redactor:
     """Finds personal data and credentials in text and JSON, and applies a policy.
@@ -192,7 +195,7 @@ class Redactor:
         if isinstance(value, str):
             redacted = self.text(value, policy)
             return redacted.text, redacted.counts
-        if not isinstance(value, dict | list | tuple):
+        if not isinstance(value, _CONTAINER):
             return value, _NO_COUNTS
         # The common case first: one quick walk gathers the strings in the order
         # `_collect` would; with no secret member and no finding, nothing changes.
@@ -342,6 +345,7 @@ class _PendingDict:
 
 
 _Pending = _PendingList | _PendingDict
+_PENDING: Final = _PendingDict | _PendingList
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +371,7 @@ def _collect(root: object, detectors: Detectors) -> _Collected:
         texts.append(text)
         return _Slot(len(texts) - 1)
 
-    if not isinstance(root, dict | list | tuple):
+    if not isinstance(root, _CONTAINER):
         return _Collected(root=root, texts=texts, secrets=frozenset())
     top = _pending(root)
     stack: list[tuple[Iterator[tuple[object, object]], _Pending, int]] = [
@@ -383,7 +387,7 @@ def _collect(root: object, detectors: Detectors) -> _Collected:
             continue
         key, child = entry
         placed: Any
-        if isinstance(child, dict | list | tuple):
+        if isinstance(child, _CONTAINER):
             if id(child) in path:
                 raise ValueError("a JSON value cannot contain itself")
             placed = _pending(child)
@@ -428,7 +432,7 @@ def _gather(node: object, texts: list[str], detectors: Detectors, depth: int) ->
                     if detectors.secret_member(key, child):
                         return _FULL
                     texts.append(key)
-            elif isinstance(child, dict | list | tuple):
+            elif isinstance(child, _CONTAINER):
                 if isinstance(key, str):
                     texts.append(key)
                 inner = _gather(child, texts, detectors, depth + 1)
@@ -443,7 +447,7 @@ def _gather(node: object, texts: list[str], detectors: Detectors, depth: int) ->
     for child in node:  # type: ignore[attr-defined]
         if isinstance(child, str):
             texts.append(child)
-        elif isinstance(child, dict | list | tuple):
+        elif isinstance(child, _CONTAINER):
             inner = _gather(child, texts, detectors, depth + 1)
             if inner == _FULL:
                 return _FULL
@@ -455,10 +459,10 @@ def _copy(node: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> dict[Any, Any] 
     """A copy of a value `_gather` walked, as `_build` makes it with nothing redacted."""
     if isinstance(node, dict):
         return {
-            key: _copy(child) if isinstance(child, dict | list | tuple) else child
+            key: _copy(child) if isinstance(child, _CONTAINER) else child
             for key, child in node.items()
         }
-    return [_copy(child) if isinstance(child, dict | list | tuple) else child for child in node]
+    return [_copy(child) if isinstance(child, _CONTAINER) else child for child in node]
 
 
 def _pending(container: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> _Pending:
@@ -494,7 +498,7 @@ def _split(findings: list[Finding], texts: list[str]) -> list[list[Finding]]:
 
 def _build(root: Any, results: list[Any]) -> Any:  # noqa: ANN401 - JSON
     """The final value from a collected one and its redacted strings (or _DROPPED)."""
-    if not isinstance(root, _PendingDict | _PendingList):
+    if not isinstance(root, _PENDING):
         return root
     top: dict[Any, Any] | list[Any] = {} if isinstance(root, _PendingDict) else []
     stack: list[tuple[_Pending, dict[Any, Any] | list[Any]]] = [(root, top)]
@@ -510,7 +514,7 @@ def _build(root: Any, results: list[Any]) -> Any:  # noqa: ANN401 - JSON
             new_key = results[key.index] if isinstance(key, _Slot) else key
             if value is _DROPPED or new_key is _DROPPED:
                 continue
-            if isinstance(value, _PendingDict | _PendingList):
+            if isinstance(value, _PENDING):
                 child: dict[Any, Any] | list[Any] = {} if isinstance(value, _PendingDict) else []
                 stack.append((value, child))
                 value = child

@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from handrail.envelope import Envelope, Omission, Status, jsonable, result_envelope
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, Refusal
@@ -53,6 +53,8 @@ _MAX_FAILURES = 20
 _ASK_FOR_LESS = " Ask for less, with narrower filters or a smaller range, to see the rest."
 _KEPT_FOR_PEOPLE = " The whole output is kept for people under the ref."
 _SHOWN_OMISSIONS = 3
+# Built once: a union written in `isinstance` is built again on every call.
+_SIZED: Final = list | dict | str
 
 
 class Shaper:
@@ -440,7 +442,7 @@ class Shaper:
     ) -> Envelope:
         name = spec.name
         truncated = bool(omissions)
-        if not truncated and (data is None or (isinstance(data, list | dict | str) and not data)):
+        if not truncated and (data is None or (isinstance(data, _SIZED) and not data)):
             status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
         else:
             status = Status.TRUNCATED if truncated else Status.OK
