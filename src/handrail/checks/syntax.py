@@ -103,20 +103,19 @@ def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] 
     decoded `:` was one in the text). Each scalar is checked as `_check_shape` would.
     None means "not proven here": the full path decides, and gives any refusal.
     """
-    if len(text) > _QUICK_MAX_CHARS or text.count("{") != 1 or "[" in text:
+    size = len(text)
+    if size > _QUICK_MAX_CHARS or text.count("{") != 1 or "[" in text:
         return None
     try:
         value, end = _PLAIN_DECODER.raw_decode(text)
     except ValueError:
         return None
-    if (
-        end != len(text)
-        or type(value) is not dict
-        or len(value) > _QUICK_MAX_MEMBERS
-        or len(value) + 1 > limits.max_items
-    ):
+    if end != size or type(value) is not dict:
         return None
-    colons = text.count(":") - len(value)
+    members = len(value)
+    if members > _QUICK_MAX_MEMBERS or members + 1 > limits.max_items:
+        return None
+    colons = text.count(":") - members
     if colons and "\\u" in text:
         return None
     # The members, checked as `_check_shape` would check them.
