@@ -402,10 +402,8 @@ def _signature_invoker(
     *,
     is_async: bool,
 ) -> _Invoke:
-    async def invoke(bound: BoundArguments, ctx: ToolContext | None) -> object:
-        # A pydantic model's __dict__ holds exactly its field values (`**` copies them).
-        if ctx is None and is_async:
-            return await fn(**bound.value.__dict__)
+    async def run(bound: BoundArguments, ctx: ToolContext | None) -> object:
+        # A pydantic model's __dict__ holds exactly its field values.
         kwargs = dict(bound.value.__dict__)
         if ctx is not None:
             for param, marker in trusted.items():
@@ -415,6 +413,13 @@ def _signature_invoker(
         if is_async:
             return await fn(**kwargs)
         return await _in_thread(fn, **kwargs)
+
+    def invoke(bound: BoundArguments, ctx: ToolContext | None) -> Coroutine[Any, Any, object]:
+        # An async tool that needs no context is its own coroutine: no wrapper around it
+        # (`**` copies the fields).
+        if ctx is None and is_async:
+            return cast("Coroutine[Any, Any, object]", fn(**bound.value.__dict__))
+        return run(bound, ctx)
 
     return invoke
 
