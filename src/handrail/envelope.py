@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import pydantic_core
 
@@ -213,6 +213,11 @@ class Envelope:
         return pydantic_core.to_json(self.to_model_dict(), inf_nan_mode="null").decode()
 
 
+# Looked up once: reading an enum member off its class costs a lookup every time.
+_ERROR: Final = Status.ERROR
+_TRUNCATED: Final = Status.TRUNCATED
+
+
 class _Draft:
     """An Envelope being built: the same slots, in the same order, without the guard.
 
@@ -244,7 +249,7 @@ def result_envelope(  # noqa: PLR0917 - one parameter per field a result sets
     Built as a draft, since this runs once per call of every read; the checks of
     `Envelope.__post_init__` that apply hold here too.
     """
-    if status is Status.ERROR:
+    if status is _ERROR:
         msg = "an envelope has an error exactly when its status is 'error'"
         raise ValueError(msg)
     draft = _Draft()
@@ -253,7 +258,7 @@ def result_envelope(  # noqa: PLR0917 - one parameter per field a result sets
     draft.status = status  # type: ignore[attr-defined]
     draft.summary = summary  # type: ignore[attr-defined]
     draft.data = data  # type: ignore[attr-defined]
-    draft.truncated = status is Status.TRUNCATED  # type: ignore[attr-defined]
+    draft.truncated = status is _TRUNCATED  # type: ignore[attr-defined]
     draft.cursor = None  # type: ignore[attr-defined]
     draft.ref = ref  # type: ignore[attr-defined]
     draft.schema_version = schema_version  # type: ignore[attr-defined]

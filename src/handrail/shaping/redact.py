@@ -118,6 +118,7 @@ _DROPPED: Final = _Dropped()
 
 # Built once: `isinstance(x, dict | list | tuple)` would build the union on every call.
 _CONTAINER: Final = dict | list | tuple
+_KEEP: Final = RedactionAction.KEEP
 
 
 class Redactor:
@@ -204,7 +205,7 @@ class Redactor:
         found: list[Finding] = []
         status = _gather(value, texts, self._detectors, 0)
         if status != _FULL:
-            if policy.default is not RedactionAction.KEEP or not policy.keeps_everything:
+            if policy.default is not _KEEP or not policy.keeps_everything:
                 joined = _SEPARATOR.join(texts)
                 if len(joined) >= self._min_finding:  # shorter, `find` finds nothing
                     found = self.find(joined, policy)

@@ -55,6 +55,9 @@ _KEPT_FOR_PEOPLE = " The whole output is kept for people under the ref."
 _SHOWN_OMISSIONS = 3
 # Built once: a union written in `isinstance` is built again on every call.
 _SIZED: Final = list | dict | str
+# Looked up once: reading an enum member off its class costs a lookup every time.
+_OK: Final = Status.OK
+_TRUNCATED: Final = Status.TRUNCATED
 
 
 class Shaper:
@@ -174,8 +177,9 @@ class Shaper:
         omissions = (*omissions, *cuts)
         ref = None
         keep = policy.keep_raw
-        if keep is RawKeeping.ALWAYS or (
-            keep is RawKeeping.WHEN_SHAPED and (omissions or counts or projected)
+        # ALWAYS, or WHEN_SHAPED when shaped (an enum member costs a lookup: one at most).
+        if (omissions or counts or projected or keep is RawKeeping.ALWAYS) and (
+            keep is not RawKeeping.NEVER
         ):
             ref = await self._keep(
                 principal, spec, call_id, body=encoded, media_type=_JSON, size=len(encoded)
@@ -445,7 +449,7 @@ class Shaper:
         if not truncated and (data is None or (isinstance(data, _SIZED) and not data)):
             status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
         else:
-            status = Status.TRUNCATED if truncated else Status.OK
+            status = _TRUNCATED if truncated else _OK
             summary = (
                 f"{name} returned {total} item(s)."
                 if total is not None
