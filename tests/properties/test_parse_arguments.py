@@ -279,28 +279,40 @@ FLAT_VALUES = st.one_of(
     limits=TEXT_LIMITS,
     write=st.booleans(),
     spacing=st.sampled_from([", ", ",", " , "]),
+    cut=st.sampled_from([0, 0, 0, -1, -2, -5, 1, 3]),
 )
-@example(members=[("a", "1"), ("a", '"\\u003a"')], limits=_WIDE, write=False, spacing=",")
-@example(members=[("a", '":"'), ("a", "1")], limits=_WIDE, write=False, spacing=",")
-@example(members=[("a", "2e16")], limits=_WIDE, write=True, spacing=",")
+@example(members=[("a", "1"), ("a", '"\\u003a"')], limits=_WIDE, write=False, spacing=",", cut=0)
+@example(members=[("a", '":"'), ("a", "1")], limits=_WIDE, write=False, spacing=",", cut=0)
+@example(members=[("a", "2e16")], limits=_WIDE, write=True, spacing=",", cut=0)
+@example(members=[("a", "NaN"), ("b", "1")], limits=_WIDE, write=False, spacing=",", cut=-1)
+@example(members=[("a", "1"), ("a", "2")], limits=_WIDE, write=False, spacing=",", cut=-1)
 def test_the_quick_path_accepts_only_what_the_full_path_accepts_alike(
     members: list[tuple[str, str]],
     limits: ArgumentLimits,
     write: bool,
     spacing: str,
+    cut: int,
 ) -> None:
     from handrail.checks import syntax  # noqa: PLC0415
 
     text = "{" + spacing.join(f'"{key}": {value}' for key, value in members) + "}"
-    quick = syntax._quick(text, limits, write=write)
+    if cut:
+        text = text[:cut]
+    quick: object
+    try:
+        quick = syntax._quick(text, limits, write=write)
+    except Refusal as refusal:
+        quick = (refusal.code, refusal.summary, refusal.field_errors, refusal.detail)
     full: object
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(syntax, "_quick", lambda *_args, **_kwargs: None)
         try:
             full = parse_arguments(text, limits, write=write)
         except Refusal as refusal:
-            full = refusal.code
-    if quick is not None:
+            full = (refusal.code, refusal.summary, refusal.field_errors, refusal.detail)
+    if type(quick) is tuple:
+        assert quick == full
+    elif quick is not None:
         assert quick == full
         assert type(full) is dict
         assert list(quick) == list(full)

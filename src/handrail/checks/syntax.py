@@ -102,12 +102,20 @@ def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] 
     the decoded object, so they cannot make up for it; and without a `\u` escape a
     decoded `:` was one in the text). Each scalar is checked as `_check_shape` would.
     None means "not proven here": the full path decides, and gives any refusal.
+
+    Text that starts with its `{` and has no NaN or Infinity is refused here when it is
+    not JSON: the hooks act only on a finished object or on those constants, so the
+    full path would fail at the same place, with the same words.
     """
     size = len(text)
     if size > _QUICK_MAX_CHARS or text.count("{") != 1 or "[" in text:
         return None
     try:
         value, end = _PLAIN_DECODER.raw_decode(text)
+    except json.JSONDecodeError as exc:
+        if text[0] == "{" and "NaN" not in text and "Infinity" not in text:
+            raise _syntax(f"invalid JSON ({exc.msg[:120]})") from None
+        return None
     except ValueError:
         return None
     if end != size or type(value) is not dict:
