@@ -121,3 +121,50 @@ def test_business_value_declarations_are_audited_with_their_reasons_at_registrat
     assert "the customer being updated" in declared[0].detail
     registry.register(_read("shop.a"))
     assert [e.stage for e in sink.events[len(declared) + 1 :]] == ["register"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"enabled": False},
+        {"enabled_tenants": ["t1"]},
+        {"enabled_tenants": []},
+        {"enabled": False, "enabled_tenants": ["t1"]},
+    ],
+)
+def test_lookup_answers_exactly_as_barred_says_for_every_tenant(options: dict[str, object]) -> None:
+    from handrail.declare.exposure import barred  # noqa: PLC0415
+
+    registry, _ = _registry()
+    registry.register(_read("t.read", **options))
+
+    @tool(risk=RiskLevel.L4_FORBIDDEN, name="t.forbidden", **options)  # type: ignore[arg-type]
+    async def forbidden() -> None:
+        """Never runs."""
+
+    registry.register(forbidden)
+    for name in ("t.read", "t.forbidden"):
+        spec = registry.get(name).spec
+        for tenant in ("t1", "t2"):
+            principal = Principal(user_id="u", tenant_id=tenant)
+            expected = None if barred(spec, tenant) is not None else registry.get(name)
+            assert registry.lookup(name, principal) is expected, (name, tenant, options)
+
+
+def test_a_tool_registered_again_under_its_name_is_looked_up_as_the_new_one() -> None:
+    registry, _ = _registry()
+    anyone = Principal(user_id="u", tenant_id="t2")
+    first = _read("t.read")
+    registry.register(first)
+    assert registry.lookup("t.read", anyone) is first
+    registry.deregister("t.read")
+    assert registry.lookup("t.read", anyone) is None
+    limited = _read("t.read", enabled_tenants=["t1"])
+    registry.register(limited)
+    assert registry.lookup("t.read", anyone) is None
+    assert registry.lookup("t.read", Principal(user_id="u", tenant_id="t1")) is limited
+    registry.deregister("t.read")
+    again = _read("t.read")
+    registry.register(again)
+    assert registry.lookup("t.read", anyone) is again

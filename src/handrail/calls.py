@@ -42,5 +42,10 @@ class ToolCall:
     defect: str | None = None
 
     def __post_init__(self) -> None:
-        if self.defect is None and not (is_unicode(self.id) and is_unicode(self.name)):
+        if (
+            self.defect is None
+            # ASCII first: it needs no call, and nearly every id and name is ASCII.
+            and not (self.id.isascii() and self.name.isascii())
+            and not (is_unicode(self.id) and is_unicode(self.name))
+        ):
             object.__setattr__(self, "defect", _NOT_TEXT)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import pydantic_core
 
@@ -26,6 +26,7 @@ __all__ = [
     "Status",
     "Trust",
     "jsonable",
+    "result_envelope",
 ]
 
 ENVELOPE_VERSION = "1"
@@ -133,7 +134,8 @@ class Envelope:
             msg = "an envelope is truncated exactly when its status is 'truncated'"
             raise ValueError(msg)
         if self.redacted is not _NO_REDACTIONS:
-            object.__setattr__(self, "redacted", MappingProxyType(dict(self.redacted)))
+            redacted = MappingProxyType(dict(self.redacted)) if self.redacted else _NO_REDACTIONS
+            object.__setattr__(self, "redacted", redacted)
 
     @property
     def source_label(self) -> str:
@@ -174,7 +176,7 @@ class Envelope:
         """The JSON object the model reads. Keys are stable; optional ones appear when set."""
         error = self.error
         out: dict[str, Any] = {
-            "status": self.status.value,
+            "status": self.status._value_,  # the enum's `.value` property costs two calls
             "summary": self.summary,
             "data": self.data,
             "truncated": self.truncated,
@@ -211,6 +213,64 @@ class Envelope:
         return pydantic_core.to_json(self.to_model_dict(), inf_nan_mode="null").decode()
 
 
+# Looked up once: reading an enum member off its class costs a lookup every time.
+_ERROR: Final = Status.ERROR
+_TRUNCATED: Final = Status.TRUNCATED
+
+
+class _Draft:
+    """An Envelope being built: the same slots, in the same order, without the guard.
+
+    A frozen dataclass sets every field through `object.__setattr__`, about 0.1 µs
+    each; a draft's fields are plain slot stores. The finished draft becomes an
+    Envelope by `__class__` assignment, which CPython allows between classes of the
+    same layout, and from then on it is as frozen as any other.
+    """
+
+    __slots__ = Envelope.__slots__
+
+
+def result_envelope(  # noqa: PLR0917 - one parameter per field a result sets
+    call_id: str,
+    tool: str,
+    status: Status,
+    summary: str,
+    data: Any,  # noqa: ANN401 - JSON
+    schema_version: str | None,
+    trust: Trust,
+    source: str | None,
+    omitted: tuple[Omission, ...],
+    redacted: Mapping[str, int],
+    ref: str | None,
+    /,
+) -> Envelope:
+    """The envelope of a result (never an error, no cursor): equal to `Envelope(...)`.
+
+    Built as a draft, since this runs once per call of every read; the checks of
+    `Envelope.__post_init__` that apply hold here too.
+    """
+    if status is _ERROR:
+        msg = "an envelope has an error exactly when its status is 'error'"
+        raise ValueError(msg)
+    draft = _Draft()
+    draft.call_id = call_id  # type: ignore[attr-defined]
+    draft.tool = tool  # type: ignore[attr-defined]
+    draft.status = status  # type: ignore[attr-defined]
+    draft.summary = summary  # type: ignore[attr-defined]
+    draft.data = data  # type: ignore[attr-defined]
+    draft.truncated = status is _TRUNCATED  # type: ignore[attr-defined]
+    draft.cursor = None  # type: ignore[attr-defined]
+    draft.ref = ref  # type: ignore[attr-defined]
+    draft.schema_version = schema_version  # type: ignore[attr-defined]
+    draft.error = None  # type: ignore[attr-defined]
+    draft.trust = trust  # type: ignore[attr-defined]
+    draft.source = source  # type: ignore[attr-defined]
+    draft.omitted = omitted  # type: ignore[attr-defined]
+    draft.redacted = MappingProxyType(dict(redacted)) if redacted else _NO_REDACTIONS  # type: ignore[attr-defined]
+    draft.__class__ = Envelope  # type: ignore[assignment]
+    return draft  # type: ignore[return-value]
+
+
 def jsonable(result: object) -> tuple[Any, bytes]:
     """A tool result as plain JSON data and its compact encoding.
 
@@ -222,7 +282,7 @@ def jsonable(result: object) -> tuple[Any, bytes]:
         encoded = pydantic_core.to_json(data)
     except (pydantic_core.PydanticSerializationError, TypeError) as exc:
         raise ValueError(str(exc)) from exc
-    if _has_non_finite(data, encoded):
+    if (b"NaN" in encoded or b"Infinity" in encoded) and _has_non_finite(data, encoded):
         msg = "the result contains NaN or an infinite number"
         raise ValueError(msg)
     return data, encoded

@@ -259,3 +259,60 @@ def test_however_a_float_is_spelled_a_write_refuses_it_exactly_when_a_plan_canno
     expected = ErrorCode.INVALID_ARGUMENTS if inexact_in_a_plan(number) else None
     assert _refusal_code(text, ArgumentLimits(), write=True) is expected
     assert _refusal_code(text, ArgumentLimits()) is None
+
+
+# --- the quick path of small flat objects -------------------------------------------------
+
+FLAT_KEYS = st.sampled_from(["a", "b", "a:b", ":", "\\u003a", "\\u003a:", "k\\ud800"]) | st.text(
+    max_size=4
+).map(lambda key: json.dumps(key)[1:-1])
+FLAT_VALUES = st.one_of(
+    RISKY_SCALARS.map(lambda value: json.dumps(value, ensure_ascii=False)),
+    st.sampled_from(['"x:y"', '"\\u003a"', '"::"', "NaN", "-Infinity", "1e400", "true", "null"]),
+    st.sampled_from(["2e16", "9007199254740993", "-9007199254740992", "1.5e300", "0.5"]),
+)
+
+
+@settings(max_examples=800)
+@given(
+    members=st.lists(st.tuples(FLAT_KEYS, FLAT_VALUES), max_size=5),
+    limits=TEXT_LIMITS,
+    write=st.booleans(),
+    spacing=st.sampled_from([", ", ",", " , "]),
+    cut=st.sampled_from([0, 0, 0, -1, -2, -5, 1, 3]),
+)
+@example(members=[("a", "1"), ("a", '"\\u003a"')], limits=_WIDE, write=False, spacing=",", cut=0)
+@example(members=[("a", '":"'), ("a", "1")], limits=_WIDE, write=False, spacing=",", cut=0)
+@example(members=[("a", "2e16")], limits=_WIDE, write=True, spacing=",", cut=0)
+@example(members=[("a", "NaN"), ("b", "1")], limits=_WIDE, write=False, spacing=",", cut=-1)
+@example(members=[("a", "1"), ("a", "2")], limits=_WIDE, write=False, spacing=",", cut=-1)
+def test_the_quick_path_accepts_only_what_the_full_path_accepts_alike(
+    members: list[tuple[str, str]],
+    limits: ArgumentLimits,
+    write: bool,
+    spacing: str,
+    cut: int,
+) -> None:
+    from handrail.checks import syntax  # noqa: PLC0415
+
+    text = "{" + spacing.join(f'"{key}": {value}' for key, value in members) + "}"
+    if cut:
+        text = text[:cut]
+    quick: object
+    try:
+        quick = syntax._quick(text, limits, write=write)
+    except Refusal as refusal:
+        quick = (refusal.code, refusal.summary, refusal.field_errors, refusal.detail)
+    full: object
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(syntax, "_quick", lambda *_args, **_kwargs: None)
+        try:
+            full = parse_arguments(text, limits, write=write)
+        except Refusal as refusal:
+            full = (refusal.code, refusal.summary, refusal.field_errors, refusal.detail)
+    if type(quick) is tuple:
+        assert quick == full
+    elif quick is not None:
+        assert quick == full
+        assert type(full) is dict
+        assert list(quick) == list(full)

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from handrail.errors import ConfigurationError
@@ -408,3 +408,71 @@ def test_placeholders_are_never_findings_themselves(redactor: Redactor) -> None:
     placeholders = "[REDACTED:email] [email:0123456789ab] [line dropped: phone, email]"
     assert redactor.find(placeholders) == []
     assert re.fullmatch(r"\[email:[0-9a-f]{12}\]", redactor.text("a@b.com", policy(HASH)).text)
+
+
+# --- the quick walk of values with nothing to redact ---------------------------------------
+
+SECRET_KEYS = ["password", "api_key", "client_secret", "token"]
+QUICK_JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        texts(),
+        st.text(max_size=20),
+        st.sampled_from(["hunter2", "Xk9-plq2-ZZr8w"]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(
+            st.one_of(texts(), st.text(max_size=10), st.integers(), st.sampled_from(SECRET_KEYS)),
+            children,
+            max_size=4,
+        ),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(value=QUICK_JSON)
+def test_the_quick_walk_gathers_the_strings_of_the_full_walk_in_its_order(value: Any) -> None:
+    from handrail.shaping import redact  # noqa: PLC0415
+
+    assume(isinstance(value, dict | list | tuple))
+    redactor = Redactor(hash_key=KEY)
+    texts: list[str] = []
+    status = redact._gather(value, texts, redactor._detectors, 0)
+    collected = redact._collect(value, redactor._detectors)
+    if status == redact._FULL:
+        assert collected.secrets
+    else:
+        assert texts == collected.texts
+        assert not collected.secrets
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(value=QUICK_JSON, redaction=POLICIES)
+def test_apply_with_share_equals_value_and_shares_only_when_nothing_changes(
+    value: Any, redaction: RedactionPolicy
+) -> None:
+    redactor = Redactor(hash_key=KEY)
+    expected = redactor.value(value, redaction)
+    shown, counts = redactor.apply(value, redaction, share=True)
+    assert shown == expected.value
+    assert dict(counts) == dict(expected.counts)
+    if shown is value:
+        assert not counts
+        assert shown == value
+
+
+def test_a_deeply_nested_value_takes_the_full_walk_alike(redactor: Redactor) -> None:
+    deep: Any = "mail a@b.com"
+    for _ in range(200):
+        deep = {"k": [deep]}
+    out = redactor.value(deep)
+    inner = out.value
+    for _ in range(200):
+        inner = inner["k"][0]
+    assert inner == "mail [REDACTED:email]"

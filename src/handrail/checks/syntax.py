@@ -87,6 +87,68 @@ def _reject_constant(name: str) -> Any:  # noqa: ANN401 - json's hook signature
 _DECODER = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
 
 
+# Without hooks the decoder builds objects in C: the quick path of small flat objects.
+_PLAIN_DECODER = json.JSONDecoder()
+_QUICK_MAX_CHARS = 2048
+_QUICK_MAX_MEMBERS = 32
+
+
+def _quick(text: str, limits: ArgumentLimits, *, write: bool) -> dict[str, Any] | None:  # noqa: PLR0911 - one pass, no calls
+    r"""A small flat object decoded and checked without the hooks, or None.
+
+    Only for text with one `{` and no `[`: a flat object of scalars. No key is
+    repeated when its members and the `:` in its decoded strings are as many as the
+    `:` in the text (each member has one; a repeated member's strings are gone from
+    the decoded object, so they cannot make up for it; and without a `\u` escape a
+    decoded `:` was one in the text). Each scalar is checked as `_check_shape` would.
+    None means "not proven here": the full path decides, and gives any refusal.
+
+    Text that starts with its `{` and has no NaN or Infinity is refused here when it is
+    not JSON: the hooks act only on a finished object or on those constants, so the
+    full path would fail at the same place, with the same words.
+    """
+    size = len(text)
+    if size > _QUICK_MAX_CHARS or text.count("{") != 1 or "[" in text:
+        return None
+    try:
+        value, end = _PLAIN_DECODER.raw_decode(text)
+    except json.JSONDecodeError as exc:
+        if text[0] == "{" and "NaN" not in text and "Infinity" not in text:
+            raise _syntax(f"invalid JSON ({exc.msg[:120]})") from None
+        return None
+    except ValueError:
+        return None
+    if end != size or type(value) is not dict:
+        return None
+    members = len(value)
+    if members > _QUICK_MAX_MEMBERS or members + 1 > limits.max_items:
+        return None
+    colons = text.count(":") - members
+    if colons and "\\u" in text:
+        return None
+    # The members, checked as `_check_shape` would check them.
+    for key, member in value.items():
+        if not (key.isascii() or _is_text(key)):
+            return None
+        kind = type(member)
+        if colons:
+            colons -= key.count(":")
+        if kind is str:
+            if not (member.isascii() or _is_text(member)):
+                return None
+            if colons:
+                colons -= member.count(":")
+        elif kind is int:
+            if not -_SAFE_INTEGER <= member <= _SAFE_INTEGER:
+                return None
+        elif kind is float:
+            if not math.isfinite(member) or (write and inexact_in_a_plan(member)):
+                return None
+        elif member is not None and kind is not bool:
+            return None
+    return value if colons == 0 else None
+
+
 def _is_text(value: str) -> bool:
     return value.isascii() or _SURROGATE.search(value) is None
 
@@ -264,7 +326,8 @@ def parse_arguments(
     arguments are never stored to run again, so it gets such a float as decoded.
     """
     if type(raw) is str:  # the common case first: most providers send JSON text
-        text = _checked_text(raw, limits)
+        # At most four UTF-8 bytes a character: short text needs no measuring.
+        text = raw if len(raw) * 4 <= limits.max_bytes else _checked_text(raw, limits)
     elif raw is None:
         return {}
     elif isinstance(raw, Mapping):
@@ -287,6 +350,9 @@ def parse_arguments(
         raise _syntax(f"arguments of type {type(raw).__name__} are not JSON")
     if not text or text.isspace():
         return {}
+    quick = _quick(text, limits, write=write)
+    if quick is not None:
+        return quick
     try:
         value = _DECODER.decode(text)
     except _DuplicateKeyError as exc:

@@ -161,7 +161,8 @@ class Tool:
         if self._model is None:
             return BoundArguments(arguments, arguments)
         try:
-            value = self._model.model_validate(arguments)
+            # `model_validate` with its defaults, less its own frame.
+            value = self._model.__pydantic_validator__.validate_python(arguments)
         except pydantic.ValidationError as exc:
             errors = {
                 json_path(err["loc"]): str(err["msg"])[:160]
@@ -401,7 +402,7 @@ def _signature_invoker(
     *,
     is_async: bool,
 ) -> _Invoke:
-    async def invoke(bound: BoundArguments, ctx: ToolContext | None) -> object:
+    async def run(bound: BoundArguments, ctx: ToolContext | None) -> object:
         # A pydantic model's __dict__ holds exactly its field values.
         kwargs = dict(bound.value.__dict__)
         if ctx is not None:
@@ -412,6 +413,13 @@ def _signature_invoker(
         if is_async:
             return await fn(**kwargs)
         return await _in_thread(fn, **kwargs)
+
+    def invoke(bound: BoundArguments, ctx: ToolContext | None) -> Coroutine[Any, Any, object]:
+        # An async tool that needs no context is its own coroutine: no wrapper around it
+        # (`**` copies the fields).
+        if ctx is None and is_async:
+            return cast("Coroutine[Any, Any, object]", fn(**bound.value.__dict__))
+        return run(bound, ctx)
 
     return invoke
 

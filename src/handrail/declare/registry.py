@@ -17,7 +17,13 @@ from types import MappingProxyType
 
 from handrail.clock import Clock, SystemClock
 from handrail.declare.definition import Tool
-from handrail.declare.exposure import Exposure, ExposureRequest, barred, select_tools
+from handrail.declare.exposure import (
+    Exposure,
+    ExposureRequest,
+    barred,
+    never_exposed,
+    select_tools,
+)
 from handrail.errors import DuplicateToolError, UnknownToolError
 from handrail.events import AuditSubject
 from handrail.principal import Principal
@@ -35,6 +41,15 @@ def _folded(name: str) -> str:
     return _FOLD.sub("_", name.lower())
 
 
+def _open_to_all(spec: ToolSpec) -> bool:
+    """Whether `barred(spec, tenant)` is None for every tenant.
+
+    Nothing about the spec itself bars it (`never_exposed`), and it is not limited to
+    some tenants (`ToolSpec.enabled_for`).
+    """
+    return never_exposed(spec) is None and spec.enabled_tenants is None
+
+
 class Registry:
     """Tools by full name. Reads are lock-free; writes copy the table under a lock."""
 
@@ -48,6 +63,10 @@ class Registry:
         self._auditor = Auditor(audit, clock or SystemClock(), new_id=new_id)
         self._lock = threading.Lock()
         self._tools: MappingProxyType[str, Tool] = MappingProxyType({})
+        # The tools no tenant is barred from (`_open_to_all`), so that `lookup` of one
+        # needs no call. Swapped after `_tools`; `lookup` trusts an entry only when it
+        # is the very Tool `_tools` holds, so a reader between the two swaps is safe.
+        self._open: MappingProxyType[str, Tool] = MappingProxyType({})
 
     def register(self, tool: Tool, *, actor: str = "system") -> ToolSpec:
         """Add a tool. Refuses a name that equals or folds to a registered one."""
@@ -66,6 +85,8 @@ class Registry:
             table = dict(self._tools)
             table[name] = tool
             self._tools = MappingProxyType(table)
+            if _open_to_all(tool.spec):
+                self._open = MappingProxyType({**self._open, name: tool})
         # Each declared business value is its own event: people review these exceptions
         # to the identity check, with the reason given for each.
         declared = [
@@ -83,6 +104,8 @@ class Registry:
             table = dict(self._tools)
             removed = table.pop(name)
             self._tools = MappingProxyType(table)
+            if name in self._open:
+                self._open = MappingProxyType({n: t for n, t in self._open.items() if n != name})
         self._audit("deregister", "removed", removed.spec, actor, None)
         return removed
 
@@ -101,9 +124,11 @@ class Registry:
         reads data), not a tool that does not exist.
         """
         found = self._tools.get(name)
-        if found is None or barred(found.spec, principal.tenant_id) is not None:
+        if found is None:
             return None
-        return found
+        if self._open.get(name) is found:
+            return found
+        return None if barred(found.spec, principal.tenant_id) is not None else found
 
     def exposure(
         self,

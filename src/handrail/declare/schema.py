@@ -124,7 +124,7 @@ class ArgumentValidator:
     schema says integer turned into an int; those places are found once, here.
     """
 
-    __slots__ = ("_integers", "_validator")
+    __slots__ = ("_convert", "_integers", "_is_valid", "_validator")
 
     def __init__(
         self,
@@ -133,6 +133,9 @@ class ArgumentValidator:
     ) -> None:
         self._validator = validator
         self._integers = integers
+        # Bound once: `check` runs on every call.
+        self._is_valid = validator.is_valid
+        self._convert = None if integers is None else integers.converter
 
     @property
     def converts_integers(self) -> bool:
@@ -151,12 +154,12 @@ class ArgumentValidator:
         A whole-number float beyond ±(2**53 - 1) at an integer place is an error: its
         JSON text may have been rounded already.
         """
-        if not self._validator.is_valid(instance):
+        if not self._is_valid(instance):
             return self._errors(instance), instance
-        if self._integers is None:
+        if self._convert is None:
             return {}, instance
         try:
-            return {}, self._integers.convert(instance)
+            return {}, self._convert(instance)
         except UnsafeIntegerError as exc:
             return {json_path(exc.path): _UNSAFE}, instance
 

@@ -86,44 +86,34 @@ class Invoker:
         try:
             return await within(work, remaining)
         except DeadlineExceededError:
-            raise Refusal(
-                ErrorCode.TIMEOUT,
-                "The call ran out of time before it finished. You may retry it once.",
-                stage=stage,
-                retryable=True,
-                detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
-            ) from None
+            raise _timeout(stage, remaining) from None
 
-    async def execute(
+    async def read(  # noqa: PLR0917 - positional, since it runs once per read
         self,
+        call: ToolCall,
         tool: Tool,
+        principal: Principal,
         bound: BoundArguments,
         ctx: ToolContext | None,
         deadline: float,
-    ) -> object:
-        """Run a read under the deadline and its retry policy; what it raised, as a refusal."""
+        share: Budget | None,
+    ) -> Envelope:
+        """Run a read under the deadline and its retry policy, then shape its result.
+
+        What the tool raised becomes a refusal, and so does a result that is not JSON.
+        One coroutine for both: this runs once per call of every read.
+        """
         policy = tool.spec.retry
-        transient_types = policy.transient
-
-        def retryable(exc: BaseException) -> bool:
-            # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
-            if isinstance(exc, ToolSignal):
-                return exc.retryable
-            return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
-
         try:
             if policy.max_attempts == 1:
-                # The common case pays for no retry machinery.
-                return await self.within(deadline, "execute", tool.invoke(bound, ctx))
-            return await retrying(
-                lambda _attempt: self.within(deadline, "execute", tool.invoke(bound, ctx)),
-                policy=policy,
-                retryable=retryable,
-                deadline=deadline,
-                clock=self._clock,
-                sleep=self._sleep,
-                rng=self._rng,
-            )
+                # The common case pays for no retry machinery (and no extra frame).
+                remaining = deadline - self._clock.monotonic()
+                try:
+                    result = await within(tool.invoke(bound, ctx), remaining)
+                except DeadlineExceededError:
+                    raise _timeout("execute", remaining) from None
+            else:
+                result = await self._retried(tool, bound, ctx, deadline)
         except Refusal:
             raise
         except ToolSignal as signal:
@@ -149,16 +139,6 @@ class Invoker:
                 retryable=transient,
                 detail=describe_exception(exc),
             ) from None
-
-    async def shape(
-        self,
-        call: ToolCall,
-        tool: Tool,
-        principal: Principal,
-        result: object,
-        share: Budget | None,
-    ) -> Envelope:
-        """The envelope of a result; a result that is not JSON is the tool's failure."""
         try:
             return await self._shaper.shape(
                 call_id=call.id,
@@ -175,3 +155,41 @@ class Invoker:
                 stage="result",
                 detail=f"result is not JSON-serialisable: {describe_exception(exc)}",
             ) from None
+
+    async def _retried(
+        self,
+        tool: Tool,
+        bound: BoundArguments,
+        ctx: ToolContext | None,
+        deadline: float,
+    ) -> object:
+        """A read under its RetryPolicy: TRANSIENT and RATE_LIMITED failures run again."""
+        policy = tool.spec.retry
+        transient_types = policy.transient
+
+        def retryable(exc: BaseException) -> bool:
+            # Only TRANSIENT and RATE_LIMITED failures; a TIMEOUT refusal never is.
+            if isinstance(exc, ToolSignal):
+                return exc.retryable
+            return not isinstance(exc, Refusal) and isinstance(exc, transient_types)
+
+        return await retrying(
+            lambda _attempt: self.within(deadline, "execute", tool.invoke(bound, ctx)),
+            policy=policy,
+            retryable=retryable,
+            deadline=deadline,
+            clock=self._clock,
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+
+
+def _timeout(stage: str, remaining: float) -> Refusal:
+    """The TIMEOUT refusal of a deadline that passed in `stage`."""
+    return Refusal(
+        ErrorCode.TIMEOUT,
+        "The call ran out of time before it finished. You may retry it once.",
+        stage=stage,
+        retryable=True,
+        detail=f"deadline of {remaining:.3f}s passed in stage {stage}",
+    )

@@ -77,6 +77,10 @@ class Budget:
 
     def narrowed(self, max_chars: int | None, max_tokens: int | None) -> Budget:
         """The smaller of this budget and the given limits (None: no limit)."""
+        if (max_chars is None or max_chars >= self.max_chars) and (
+            max_tokens is None or (self.max_tokens is not None and max_tokens >= self.max_tokens)
+        ):
+            return self  # nothing narrows: budgets are values, so this one serves
         chars = self.max_chars if max_chars is None else min(self.max_chars, max_chars)
         tokens = self.max_tokens
         if max_tokens is not None:

@@ -116,6 +116,10 @@ class _Dropped:
 
 _DROPPED: Final = _Dropped()
 
+# Built once: `isinstance(x, dict | list | tuple)` would build the union on every call.
+_CONTAINER: Final = dict | list | tuple
+_KEEP: Final = RedactionAction.KEEP
+
 
 class Redactor:
     """Finds personal data and credentials in text and JSON, and applies a policy.
@@ -125,7 +129,7 @@ class Redactor:
     the default; each call may pass a tool's own.
     """
 
-    __slots__ = ("_detectors", "_key", "_policy")
+    __slots__ = ("_detectors", "_key", "_min_finding", "_policy")
 
     def __init__(self, *, hash_key: bytes, policy: RedactionPolicy | None = None) -> None:
         if len(hash_key) < _MIN_HASH_KEY_BYTES:
@@ -134,9 +138,10 @@ class Redactor:
             )
         # Loaded with the first Redactor, not with `import handrail`: the detectors pull
         # in detect-secrets (and with it requests), phonenumbers and python-stdnum.
-        from handrail.shaping._detectors import Detectors  # noqa: PLC0415
+        from handrail.shaping._detectors import MIN_FINDING, Detectors  # noqa: PLC0415
 
         self._detectors: Detectors = Detectors()
+        self._min_finding = MIN_FINDING
         self._key = bytes(hash_key)
         self._policy = policy or RedactionPolicy()
 
@@ -171,24 +176,64 @@ class Redactor:
         `text` does. A key that redacts to one already present gets a ` (2)`, ` (3)`...
         suffix. Findings inside a removed member or item are counted as dropped.
         """
+        redacted, counts = self.apply(value, policy)
+        return Redacted(value=redacted, counts=counts)
+
+    def apply(
+        self,
+        value: Any,  # noqa: ANN401 - JSON
+        policy: RedactionPolicy | None = None,
+        *,
+        share: bool = False,
+    ) -> tuple[Any, Mapping[Kind, int]]:
+        """`value`'s redacted copy and counts, as `value` makes them, without the wrapper.
+
+        With `share`, a value with nothing to redact comes back as the input itself
+        rather than a copy, for callers that own the input (the Shaper's `jsonable`
+        copy of a result).
+        """
         policy = policy or self._policy
         if isinstance(value, str):
             redacted = self.text(value, policy)
-            return Redacted(value=redacted.text, counts=redacted.counts)
+            return redacted.text, redacted.counts
+        if not isinstance(value, _CONTAINER):
+            return value, _NO_COUNTS
+        # The common case first: one quick walk gathers the strings in the order
+        # `_collect` would; with no secret member and no finding, nothing changes.
+        texts: list[str] = []
+        joined: str | None = None
+        found: list[Finding] = []
+        status = _gather(value, texts, self._detectors, 0)
+        if status != _FULL:
+            if policy.default is not _KEEP or not policy.keeps_everything:
+                joined = _SEPARATOR.join(texts)
+                if len(joined) >= self._min_finding:  # shorter, `find` finds nothing
+                    found = self.find(joined, policy)
+            if not found:
+                return (value if share and status == _PLAIN else _copy(value)), _NO_COUNTS
+        return self._value(value, policy, joined, found)
+
+    def _value(
+        self,
+        value: dict[Any, Any] | list[Any] | tuple[Any, ...],
+        policy: RedactionPolicy,
+        joined: str | None,
+        found: list[Finding],
+    ) -> tuple[Any, Mapping[Kind, int]]:
+        """`value` redacted in full; `found` are the findings of `joined`, if known."""
         counts: Counter[Kind] = Counter()
         collected = _collect(value, self._detectors)
         results: list[Any] = list(collected.texts)
         if not policy.keeps_everything:
-            joined = _SEPARATOR.join(collected.texts)
-            per_text = _split(self.find(joined, policy), collected.texts)
+            text = _SEPARATOR.join(collected.texts)
+            findings = found if text == joined else self.find(text, policy)
+            per_text = _split(findings, collected.texts)
             for index in collected.secrets:
                 per_text[index] = [Finding(kind=Kind.CREDENTIAL, start=0, end=len(results[index]))]
-            for index, findings in enumerate(per_text):
-                if findings:
-                    results[index] = self._apply(
-                        results[index], findings, policy, counts, lines=False
-                    )
-        return Redacted(value=_build(collected.root, results), counts=dict(counts))
+            for index, here in enumerate(per_text):
+                if here:
+                    results[index] = self._apply(results[index], here, policy, counts, lines=False)
+        return _build(collected.root, results), dict(counts)
 
     def _apply(
         self,
@@ -301,6 +346,7 @@ class _PendingDict:
 
 
 _Pending = _PendingList | _PendingDict
+_PENDING: Final = _PendingDict | _PendingList
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +372,7 @@ def _collect(root: object, detectors: Detectors) -> _Collected:
         texts.append(text)
         return _Slot(len(texts) - 1)
 
-    if not isinstance(root, dict | list | tuple):
+    if not isinstance(root, _CONTAINER):
         return _Collected(root=root, texts=texts, secrets=frozenset())
     top = _pending(root)
     stack: list[tuple[Iterator[tuple[object, object]], _Pending, int]] = [
@@ -342,7 +388,7 @@ def _collect(root: object, detectors: Detectors) -> _Collected:
             continue
         key, child = entry
         placed: Any
-        if isinstance(child, dict | list | tuple):
+        if isinstance(child, _CONTAINER):
             if id(child) in path:
                 raise ValueError("a JSON value cannot contain itself")
             placed = _pending(child)
@@ -359,6 +405,65 @@ def _collect(root: object, detectors: Detectors) -> _Collected:
         else:
             out.items.append(placed)
     return _Collected(root=top, texts=texts, secrets=frozenset(secrets))
+
+
+_MAX_QUICK_DEPTH: Final = 64
+"""Deeper values take `_collect`'s iterative walk, which also refuses a value that
+contains itself."""
+_FULL: Final = 0
+_PLAIN: Final = 1
+_TUPLES: Final = 3
+
+
+def _gather(node: object, texts: list[str], detectors: Detectors, depth: int) -> int:
+    """Append the strings of a dict, list or tuple to `texts` in `_collect`'s order.
+
+    `_PLAIN`, or `_TUPLES` when a tuple was among the containers; `_FULL`, with `texts`
+    incomplete, when `node` needs the full walk: a string under a key naming a secret,
+    or nesting deeper than `_MAX_QUICK_DEPTH`.
+    """
+    if depth > _MAX_QUICK_DEPTH:
+        return _FULL
+    status = _PLAIN
+    if isinstance(node, dict):
+        for key, child in node.items():
+            if isinstance(child, str):
+                texts.append(child)
+                if isinstance(key, str):
+                    if detectors.secret_member(key, child):
+                        return _FULL
+                    texts.append(key)
+            elif isinstance(child, _CONTAINER):
+                if isinstance(key, str):
+                    texts.append(key)
+                inner = _gather(child, texts, detectors, depth + 1)
+                if inner == _FULL:
+                    return _FULL
+                status |= inner
+            elif isinstance(key, str):
+                texts.append(key)
+        return status
+    if isinstance(node, tuple):
+        status = _TUPLES
+    for child in node:  # type: ignore[attr-defined]
+        if isinstance(child, str):
+            texts.append(child)
+        elif isinstance(child, _CONTAINER):
+            inner = _gather(child, texts, detectors, depth + 1)
+            if inner == _FULL:
+                return _FULL
+            status |= inner
+    return status
+
+
+def _copy(node: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> dict[Any, Any] | list[Any]:
+    """A copy of a value `_gather` walked, as `_build` makes it with nothing redacted."""
+    if isinstance(node, dict):
+        return {
+            key: _copy(child) if isinstance(child, _CONTAINER) else child
+            for key, child in node.items()
+        }
+    return [_copy(child) if isinstance(child, _CONTAINER) else child for child in node]
 
 
 def _pending(container: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> _Pending:
@@ -394,7 +499,7 @@ def _split(findings: list[Finding], texts: list[str]) -> list[list[Finding]]:
 
 def _build(root: Any, results: list[Any]) -> Any:  # noqa: ANN401 - JSON
     """The final value from a collected one and its redacted strings (or _DROPPED)."""
-    if not isinstance(root, _PendingDict | _PendingList):
+    if not isinstance(root, _PENDING):
         return root
     top: dict[Any, Any] | list[Any] = {} if isinstance(root, _PendingDict) else []
     stack: list[tuple[_Pending, dict[Any, Any] | list[Any]]] = [(root, top)]
@@ -410,7 +515,7 @@ def _build(root: Any, results: list[Any]) -> Any:  # noqa: ANN401 - JSON
             new_key = results[key.index] if isinstance(key, _Slot) else key
             if value is _DROPPED or new_key is _DROPPED:
                 continue
-            if isinstance(value, _PendingDict | _PendingList):
+            if isinstance(value, _PENDING):
                 child: dict[Any, Any] | list[Any] = {} if isinstance(value, _PendingDict) else []
                 stack.append((value, child))
                 value = child

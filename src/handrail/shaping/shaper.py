@@ -14,9 +14,9 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from handrail.envelope import Envelope, Omission, Status, jsonable
+from handrail.envelope import Envelope, Omission, Status, jsonable, result_envelope
 from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode, Refusal
 from handrail.shaping.budget import (
     Budget,
@@ -53,6 +53,11 @@ _MAX_FAILURES = 20
 _ASK_FOR_LESS = " Ask for less, with narrower filters or a smaller range, to see the rest."
 _KEPT_FOR_PEOPLE = " The whole output is kept for people under the ref."
 _SHOWN_OMISSIONS = 3
+# Built once: a union written in `isinstance` is built again on every call.
+_SIZED: Final = list | dict | str
+# Looked up once: reading an enum member off its class costs a lookup every time.
+_OK: Final = Status.OK
+_TRUNCATED: Final = Status.TRUNCATED
 
 
 class Shaper:
@@ -128,7 +133,12 @@ class Shaper:
         """
         if isinstance(result, Page):
             return self.page_envelope(call_id, spec.name, result)
-        budget = self.budget_for(spec, share)
+        policy = spec.results
+        budget = (
+            self._budget
+            if share is None and policy.max_chars is None and policy.max_tokens is None
+            else self.budget_for(spec, share)
+        )
         if isinstance(result, TextStream):
             return await self._shape_stream(
                 call_id, spec, principal, result, budget=budget, ledger=ledger
@@ -137,17 +147,20 @@ class Shaper:
         if ledger is not None and len(ledger):
             data = ledger.scrub_value(data)
             encoded = json_text(data).encode()
-        policy = spec.results
-        shown, omissions = (
-            (data, ()) if policy.projection is None else policy.projection.apply(data)
-        )
-        projected = policy.projection is not None and shown != data
-        redacted = self._redactor.value(shown, policy.redaction)
-        counts = _counts(redacted.counts)
-        shown = redacted.value
-        # Unchanged data is measured by the text already encoded.
-        text = encoded.decode() if not (projected or counts) else json_text(shown)
-        fits = budget.allows(text, self._estimator)
+        projection = policy.projection
+        shown, omissions = (data, ()) if projection is None else projection.apply(data)
+        projected = projection is not None and shown != data
+        # `data` is this call's own copy (see `jsonable`): unchanged, it is shown as is.
+        shown, found = self._redactor.apply(shown, policy.redaction, share=True)
+        counts = _counts(found) if found else {}
+        if projected or counts:
+            fits = budget.allows(json_text(shown), self._estimator)
+        elif budget.max_tokens is None and len(encoded) <= budget.max_chars:
+            # Unchanged data is measured by the text already encoded; UTF-8 has at
+            # least one byte per character, so its length bounds the text's.
+            fits = True
+        else:
+            fits = budget.allows(encoded.decode(), self._estimator)
         if (
             not fits
             and policy.overflow is Overflow.PAGINATE
@@ -164,8 +177,9 @@ class Shaper:
         omissions = (*omissions, *cuts)
         ref = None
         keep = policy.keep_raw
-        if keep is RawKeeping.ALWAYS or (
-            keep is RawKeeping.WHEN_SHAPED and (omissions or counts or projected)
+        # ALWAYS, or WHEN_SHAPED when shaped (an enum member costs a lookup: one at most).
+        if (omissions or counts or projected or keep is RawKeeping.ALWAYS) and (
+            keep is not RawKeeping.NEVER
         ):
             ref = await self._keep(
                 principal, spec, call_id, body=encoded, media_type=_JSON, size=len(encoded)
@@ -432,10 +446,10 @@ class Shaper:
     ) -> Envelope:
         name = spec.name
         truncated = bool(omissions)
-        if not truncated and (data is None or (isinstance(data, list | dict | str) and not data)):
+        if not truncated and (data is None or (isinstance(data, _SIZED) and not data)):
             status, summary = Status.EMPTY, f"{name} found nothing; this is a valid answer."
         else:
-            status = Status.TRUNCATED if truncated else Status.OK
+            status = _TRUNCATED if truncated else _OK
             summary = (
                 f"{name} returned {total} item(s)."
                 if total is not None
@@ -445,19 +459,19 @@ class Shaper:
                 summary += " " + _cut_note(omissions, hint)
         if counts:
             summary += _redaction_note(counts)
-        return Envelope(
-            call_id=call_id,
-            tool=name,
-            status=status,
-            summary=summary,
-            data=data,
-            truncated=truncated,
-            ref=ref,
-            schema_version=spec.schema_version,
-            trust=spec.results.trust,
-            source=spec.results.source,
-            omitted=omissions,
-            redacted=counts,
+        results = spec.results
+        return result_envelope(
+            call_id,
+            name,
+            status,
+            summary,
+            data,
+            spec.schema_version,
+            results.trust,
+            results.source,
+            omissions,
+            counts,
+            ref,
         )
 
 
