@@ -236,7 +236,8 @@ def handrail_cases(workdir: Path) -> list[Case]:
             key="handrail_memory",
             label="handrail gate, MemoryAuditSink",
             call=_gate_call(with_memory, "echo"),
-            reset=memory.events.clear,
+            # (`events.clear` alone would keep records not yet made into events.)
+            reset=getattr(memory, "clear", memory.events.clear),
             **common,
         ),
         Case(
@@ -424,16 +425,30 @@ async def run_batch(case: Case, inputs: list[str]) -> int:
     return elapsed
 
 
-async def measure(cases: list[Case], *, rounds: int, calls: int, warmup: int) -> None:
-    """Check, warm up, then run `rounds` interleaved rounds of `calls` calls per case."""
+async def measure(
+    cases: list[Case], *, rounds: int, calls: int, warmup: int, unique: bool = False
+) -> None:
+    """Check, warm up, then run `rounds` interleaved rounds of `calls` calls per case.
+
+    With `unique`, every call of a case gets argument text no earlier call had (so no
+    cache of argument summaries or results ever hits); else each round repeats them.
+    """
     inputs = [f'{{"x": {i}}}' for i in range(calls)]
+    used: dict[str, int] = {}
+
+    def fresh(case: Case) -> list[str]:
+        if not unique:
+            return inputs
+        start = used.get(case.key, calls)
+        used[case.key] = start + calls
+        return [f'{{"x": {i}}}' for i in range(start, start + calls)]
 
     async def prepare(case: Case) -> None:
         await check(case)
         await run_batch(case, inputs[:warmup])
 
     async def sample(case: Case) -> None:
-        elapsed = await run_batch(case, inputs)
+        elapsed = await run_batch(case, fresh(case))
         case.samples.append(elapsed / calls / 1000)
 
     await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
@@ -602,7 +617,13 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
             more, notes = await peer_cases()
             cases.extend(more)
         try:
-            await measure(cases, rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+            await measure(
+                cases,
+                rounds=args.rounds,
+                calls=args.calls,
+                warmup=args.warmup,
+                unique=args.unique_args,
+            )
         finally:
             for case in cases:
                 if case.close is not None:
@@ -618,6 +639,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="rounds per path (default 15)")
     parser.add_argument("--calls", type=int, help="calls per round (default 2000)")
     parser.add_argument("--warmup", type=int, help="warm-up calls per path (default 500)")
+    parser.add_argument(
+        "--unique-args",
+        action="store_true",
+        help="new argument text for every call (no cache of summaries or results hits)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
     parser.add_argument(
         "--profile",
