@@ -23,8 +23,10 @@ __all__ = [
     "AuditSubject",
     "CallRecord",
     "Stage",
+    "SubjectFields",
     "event_of",
     "events_of",
+    "fields_of",
     "fit_text",
     "record_fits",
     "storable_events",
@@ -199,22 +201,44 @@ def wall_time(at: datetime | int) -> datetime:
     return at
 
 
+SubjectFields = tuple[
+    str | None, str | None, str | None, str | None, str | None, str | None, str | None, str | None
+]
+"""An AuditSubject's fields, in its order: request_id, tool_call_id, tool, schema_version,
+args_hash, args_summary, user_id, tenant_id."""
+
+
+def fields_of(subject: AuditSubject) -> SubjectFields:
+    """`subject`'s fields, in its order."""
+    s = subject
+    return (
+        s.request_id,
+        s.tool_call_id,
+        s.tool,
+        s.schema_version,
+        s.args_hash,
+        s.args_summary,
+        s.user_id,
+        s.tenant_id,
+    )
+
+
 class CallRecord:
     """The events of one call, compact: what the sink turns into AuditEvents when read.
 
     Taken when the call is over, with everything an event holds already decided: the
     ids (`ids`, or `id_prefix` followed by the hex counters from `id_first`, as
     `record.audit.unique_ids` makes them), each stage's clock readings, the scrubbed
-    details and the shared, scrubbed subject. `events()` makes the same events the
-    auditor used to build at once; a store may write rows from the record directly.
+    details and the fields of the shared, scrubbed subject. `events()` makes the same
+    events the auditor used to build at once; a store may write rows from it directly.
     """
 
-    __slots__ = ("id_first", "id_prefix", "ids", "kind", "stages", "subject")
+    __slots__ = ("_subject", "id_first", "id_prefix", "ids", "kind", "stages", "subject_fields")
 
     def __init__(  # noqa: PLR0913 - the record's fields
         self,
         kind: str,
-        subject: AuditSubject,
+        subject_fields: SubjectFields,
         stages: Sequence[Stage],
         *,
         ids: Sequence[str] = (),
@@ -222,11 +246,20 @@ class CallRecord:
         id_first: int = 0,
     ) -> None:
         self.kind = kind
-        self.subject = subject
+        self.subject_fields = subject_fields
         self.stages = stages
         self.ids = ids
         self.id_prefix = id_prefix
         self.id_first = id_first
+        self._subject: AuditSubject | None = None
+
+    @property
+    def subject(self) -> AuditSubject:
+        """The subject every event of the call shares (made once)."""
+        subject = self._subject
+        if subject is None:
+            subject = self._subject = subject_of(*self.subject_fields)
+        return subject
 
     def __len__(self) -> int:
         return len(self.stages)
@@ -339,10 +372,23 @@ def _event_fits(event: AuditEvent) -> bool:
 
 def _subject_fits(subject: AuditSubject) -> bool:
     """Whether the store keeps the subject's text as it is (once per call)."""
-    s = subject
-    request_id, call_id, tool = s.request_id or "", s.tool_call_id or "", s.tool or ""
-    user_id, tenant_id = s.user_id or "", s.tenant_id or ""
-    version, digest = s.schema_version or "", s.args_hash or ""
+    return _fields_fit(*fields_of(subject))
+
+
+def _fields_fit(  # noqa: PLR0913, PLR0917 - a subject's fields, as `SubjectFields` orders them
+    request_id: str | None,
+    tool_call_id: str | None,
+    tool: str | None,
+    schema_version: str | None,
+    args_hash: str | None,
+    args_summary: str | None,
+    user_id: str | None,
+    tenant_id: str | None,
+) -> bool:
+    """`_subject_fits` of a subject with these fields."""
+    request_id, call_id, tool = request_id or "", tool_call_id or "", tool or ""
+    user_id, tenant_id = user_id or "", tenant_id or ""
+    version, digest = schema_version or "", args_hash or ""
     return (
         is_storable(
             request_id
@@ -352,7 +398,7 @@ def _subject_fits(subject: AuditSubject) -> bool:
             + tenant_id
             + version
             + digest
-            + (s.args_summary or ""),
+            + (args_summary or ""),
         )
         and len(request_id) <= _SUBJECT_WIDTHS["request_id"]
         and len(call_id) <= _SUBJECT_WIDTHS["tool_call_id"]
@@ -379,7 +425,7 @@ def record_fits(record: CallRecord) -> bool:
     if not stages:
         return True
     try:
-        if not _subject_fits(record.subject):
+        if not _fields_fit(*record.subject_fields):
             return False
         prefix = record.id_prefix
         if prefix is None:

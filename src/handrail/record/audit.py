@@ -16,7 +16,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from handrail.events import NO_SUBJECT, AuditEvent, AuditSubject, CallRecord, Stage
+from handrail.events import (
+    NO_SUBJECT,
+    AuditEvent,
+    AuditSubject,
+    CallRecord,
+    Stage,
+    SubjectFields,
+    fields_of,
+)
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
@@ -188,12 +196,24 @@ class Auditor:
         taken now, details and the shared subject's summary are scrubbed now, once;
         only turning the record into events is left to the sink.
         """
+        self.emit_call(fields_of(subject), stages, kind=kind)
+
+    def emit_call(
+        self,
+        subject: SubjectFields,
+        stages: Sequence[Stage],
+        *,
+        kind: str = "call",
+    ) -> None:
+        """`emit_stages` of a subject given by its fields (see `SubjectFields`)."""
         emit_call = self._emit_call
         if emit_call is None or not stages:
             return
         scrub = self._scrub
         if scrub is not None:
-            subject = _scrubbed_subject(subject, scrub)
+            summary = subject[5]
+            if summary is not None and (clean := scrub(summary)) != summary:
+                subject = (*subject[:5], clean, *subject[6:])  # type: ignore[assignment]
             for stage in stages:
                 if stage[3] is not None:
                     stages = _scrubbed_stages(stages, scrub)
@@ -344,6 +364,9 @@ def _is_sensitive(key: str) -> bool:
 
 
 _SUMMARY_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr)
+# The string encoder `_SUMMARY_ENCODER` uses (no ensure_ascii), for `_quick`.
+_quoted: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_REDACTED = _quoted("[redacted]")
 
 
 def _summarize(value: object, depth: int) -> object:
@@ -371,6 +394,56 @@ def _summarize(value: object, depth: int) -> object:
     return value
 
 
+def _quick(value: object, depth: int) -> str | None:  # noqa: PLR0911 - one return per JSON type
+    """`_SUMMARY_ENCODER.encode(_summarize(value, depth))` for the common case, else None.
+
+    Common: None, bool, int, str, and dict (short str keys, at most `_SUMMARY_ITEMS` of
+    them), list and tuple (at most `_SUMMARY_ITEMS` items) of those, of exactly these
+    types: nothing to cut but strings, no key that clipping could make equal to another.
+    One pass, without the intermediate summary.
+    """
+    kind = type(value)
+    if kind is str:
+        if len(value) > _SUMMARY_STRING:  # type: ignore[arg-type]  # a str
+            value = f"{value[:_SUMMARY_STRING]}…({len(value)} chars)"  # type: ignore[index,arg-type]
+        return _quoted(value)  # type: ignore[arg-type]  # a str
+    if kind is int:
+        return repr(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is dict:
+        mapping: dict[object, object] = value  # type: ignore[assignment]  # a dict
+        if depth >= _SUMMARY_DEPTH:
+            return _quoted(f"{{…{len(mapping)} keys}}")
+        if len(mapping) > _SUMMARY_ITEMS:
+            return None
+        parts: list[str] = []
+        for key, item in mapping.items():
+            if type(key) is not str or len(key) > _SUMMARY_STRING:
+                return None
+            text = _REDACTED if _is_sensitive(key) else _quick(item, depth + 1)
+            if text is None:
+                return None
+            parts.append(f"{_quoted(key)}: {text}")
+        return "{" + ", ".join(parts) + "}"
+    if kind is list or kind is tuple:
+        sequence: Sequence[object] = value  # type: ignore[assignment]  # a list or tuple
+        if depth >= _SUMMARY_DEPTH:
+            return _quoted(f"[…{len(sequence)} items]")
+        if len(sequence) > _SUMMARY_ITEMS:
+            return None
+        items: list[str] = []
+        for item in sequence:
+            text = _quick(item, depth + 1)
+            if text is None:
+                return None
+            items.append(text)
+        return "[" + ", ".join(items) + "]"
+    return None
+
+
 def summarize_arguments(arguments: object) -> str:
     """A short, redacted JSON summary of arguments for the audit log.
 
@@ -378,5 +451,7 @@ def summarize_arguments(arguments: object) -> str:
     and the whole summary is bounded. Full pattern-based redaction is the shaping
     layer's job; this only keeps the audit log from becoming a copy of the input.
     """
-    text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
+    text = _quick(arguments, 0)
+    if text is None:
+        text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
     return text if len(text) <= _SUMMARY_TOTAL else text[: _SUMMARY_TOTAL - 1] + "…"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.clock import SystemClock
 from handrail.errors import ErrorCode
-from handrail.events import Stage, subject_of
+from handrail.events import Stage
 from handrail.record.audit import Auditor, summarize_arguments
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ class CallTrail:
         self._now: Callable[[], datetime | int] = (
             time.time_ns if type(clock) is SystemClock else clock.now
         )
-        self._monotonic = clock.monotonic
+        self._monotonic = time.monotonic if type(clock) is SystemClock else clock.monotonic
         self._stages: list[Stage] = []
-        self._mark = clock.monotonic()
+        self._mark = self._monotonic()
         self._principal = principal
         self._call_id = str(call.id)[:256]
         self._tool = str(call.name)[:MAX_NAME_IN_AUDIT]
@@ -117,7 +117,7 @@ class CallTrail:
     def emit(self) -> None:
         """Emit one event per recorded stage, all about the same subject."""
         principal = self._principal
-        subject = subject_of(
+        subject = (
             principal.request_id,
             self._call_id,
             self._tool,
@@ -127,7 +127,7 @@ class CallTrail:
             principal.user_id,
             principal.tenant_id,
         )
-        self._auditor.emit_stages(subject, tuple(self._stages))
+        self._auditor.emit_call(subject, tuple(self._stages))
 
 
 async def count_denial(

@@ -161,17 +161,7 @@ def _item_values(items: Sequence[AuditItem]) -> list[object] | None:
                     return None
                 add(more)
                 continue
-            s = item.subject
-            subject = (
-                s.request_id,
-                s.tool_call_id,
-                s.tool,
-                s.schema_version,
-                s.args_hash,
-                s.args_summary,
-                s.user_id,
-                s.tenant_id,
-            )
+            subject = item.subject_fields
             kind = item.kind
             for event_id, (stage, decision, code, detail, seconds, at) in zip(
                 item.event_ids(), item.stages, strict=True
