@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from handrail import Gate, Principal, Registry, RiskLevel, ToolCall, tool
 from handrail.clock import SystemClock
+from handrail.errors import AuditSinkError, ErrorCode
 from handrail.events import (
     AuditEvent,
     AuditSubject,
@@ -243,12 +246,9 @@ def test_a_record_that_cannot_be_made_into_events_is_lost_loudly_and_the_rest_wr
     sink.emit_call(good)
     sink.emit_call(bad)
     sink.emit_call(CallRecord("call", (None,) * 8, good.stages, ids=["c"]))
-    try:
+    with pytest.raises(AuditSinkError) as raised:
         sink.flush()
-    except Exception as exc:  # noqa: BLE001 - the loss is reported here, once
-        assert "could not be stored" in str(exc)
-    else:
-        raise AssertionError("a lost event must be reported")
+    assert raised.value.code is ErrorCode.AUDIT_EVENTS_LOST
     health = sink.health()
     assert (health.written, health.lost) == (2, 1)
     assert [e.event_id for e in store.read_audit(limit=10)] == ["a", "c"]

@@ -20,12 +20,12 @@ _INT_MAX = 2**53 - 1
 # The standard library's string encoder (without ensure_ascii) escapes exactly what JCS
 # escapes: the quote, the backslash, the short forms and \u00xx (lower case) for the
 # other control characters, nothing else.
-_quoted: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_quoted: Callable[[str], str] = json.encoder.encode_basestring
 # Below U+E000, sorting by code point (Python) and by UTF-16 code unit (JCS) agree.
 _FIRST_DISAGREEING = "\ue000"
 
 
-def _plain(value: object) -> str | None:
+def _plain(value: object) -> str | None:  # noqa: PLR0911 - one return per JSON type
     """The JCS text of `value` if it is plain JSON, else None.
 
     Plain: None, bool, str, int within JCS's domain, and dict (with keys that sort

@@ -235,7 +235,7 @@ class CallRecord:
 
     __slots__ = ("_subject", "id_first", "id_prefix", "ids", "kind", "stages", "subject_fields")
 
-    def __init__(  # noqa: PLR0913 - the record's fields
+    def __init__(
         self,
         kind: str,
         subject_fields: SubjectFields,
@@ -375,7 +375,7 @@ def _subject_fits(subject: AuditSubject) -> bool:
     return _fields_fit(*fields_of(subject))
 
 
-def _fields_fit(  # noqa: PLR0913, PLR0917 - a subject's fields, as `SubjectFields` orders them
+def _fields_fit(  # noqa: PLR0917 - a subject's fields, as `SubjectFields` orders them
     request_id: str | None,
     tool_call_id: str | None,
     tool: str | None,
@@ -415,7 +415,7 @@ def _fitted_subject(subject: AuditSubject) -> AuditSubject:
     return replace(subject, **changed) if changed else subject
 
 
-def record_fits(record: CallRecord) -> bool:
+def record_fits(record: CallRecord) -> bool:  # noqa: PLR0911 - one return per check
     """Whether a store keeps all of `record`'s text as it is (no `storable_events` copy).
 
     A store that writes rows from the record directly checks this first; when it says

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import rfc8785
+from _json_strategies import json_scalars, json_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handrail.canonical import _plain, canonical_json
 from handrail.record import audit
-from _json_strategies import json_scalars, json_values
 
 # Text that reaches every case: ASCII, control characters, the BMP above U+E000, astral
 # characters (whose UTF-16 order differs from their code point order), lone surrogates.
@@ -52,7 +52,7 @@ VALUES = st.recursive(
 )
 
 
-def _outcome(make: Any, value: object) -> object:  # noqa: ANN401 - any serialiser
+def _outcome(make: Any, value: object) -> object:
     try:
         return make(value)
     except Exception as exc:  # noqa: BLE001 - the kind of failure is what is compared

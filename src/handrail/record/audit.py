@@ -213,7 +213,7 @@ class Auditor:
         if scrub is not None:
             summary = subject[5]
             if summary is not None and (clean := scrub(summary)) != summary:
-                subject = (*subject[:5], clean, *subject[6:])  # type: ignore[assignment]
+                subject = (*subject[:5], clean, *subject[6:])
             for stage in stages:
                 if stage[3] is not None:
                     stages = _scrubbed_stages(stages, scrub)
@@ -365,7 +365,7 @@ def _is_sensitive(key: str) -> bool:
 
 _SUMMARY_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr)
 # The string encoder `_SUMMARY_ENCODER` uses (no ensure_ascii), for `_quick`.
-_quoted: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_quoted: Callable[[str], str] = json.encoder.encode_basestring
 _REDACTED = _quoted("[redacted]")
 
 

@@ -146,9 +146,7 @@ class BatchingAuditSink:
         self._work = threading.Condition(lock)  # the writer waits here for events
         self._progress = threading.Condition(lock)  # flush, close and a full emit wait here
         # Emitted events, and calls' records (made into rows or events by the writer).
-        self._pending: collections.deque[Sequence[AuditEvent] | CallRecord] = (
-            collections.deque()
-        )
+        self._pending: collections.deque[Sequence[AuditEvent] | CallRecord] = collections.deque()
         # The store's way to take records as they are, else their events.
         self._append: Callable[[Sequence[AuditItem]], None] = getattr(
             store, "append_audit_items", None
