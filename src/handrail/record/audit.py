@@ -1,8 +1,10 @@
 """The auditor: audit events built for every stage of a call and handed to a sink.
 
-Owns building events (id, time, scrubbed detail), the sink protocol, the in-memory sink
-and the redacted arguments summary. It never decides anything; it records what the
-gate, the registry and the write path decided. Sinks that persist live beside it.
+Owns building events (id, time, scrubbed detail) and, for a tool call, its compact
+record (`CallRecord`: ids taken and text scrubbed at once, events made when read), the
+sink protocol, the in-memory sink and the redacted arguments summary. It never decides
+anything; it records what the gate, the registry and the write path decided. Sinks
+that persist live beside it.
 """
 
 from __future__ import annotations
@@ -323,10 +325,14 @@ class MemoryAuditSink:
         return self._events
 
     def _settle(self) -> None:
-        calls, self._calls = self._calls, []
-        out = self._events
-        for item in calls:
-            out.extend(item.events() if isinstance(item, CallRecord) else item)
+        # Taken from the front and deleted in one step each: an emit from another thread
+        # meanwhile appends behind them and is settled next, never lost.
+        calls, out = self._calls, self._events
+        while calls:
+            taken = calls[:]
+            del calls[: len(taken)]
+            for item in taken:
+                out.extend(item.events() if isinstance(item, CallRecord) else item)
 
     def emit(self, events: Sequence[AuditEvent]) -> None:
         """Append the events."""
@@ -341,7 +347,7 @@ class MemoryAuditSink:
 
     def clear(self) -> None:
         """Drop every event."""
-        self._calls = []
+        self._calls.clear()
         self._events.clear()
 
     def for_call(self, call_id: str) -> list[AuditEvent]:

@@ -1,7 +1,8 @@
 """The audit trail of one call: each stage's outcome and time, emitted together.
 
-Stages only note their outcome as the call goes; the events are built once, at the end,
-so every event of the call shares one subject (ids, tool, argument hash and summary).
+Stages only note their outcome and clock readings as the call goes; at the end the call
+is handed over as one `CallRecord`, so every event of the call shares one subject (ids,
+tool, argument hash and summary) and the events themselves are made only when read.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ MAX_NAME_IN_AUDIT = 128
 class CallTrail:
     """Times one call's stages; at the end, emits one event per stage about one subject.
 
-    Recording a stage only notes its outcome and time; the events are built once, when
-    the call is over, so every event of the call shares the same subject.
+    Recording a stage only notes its outcome and clock readings; the record is emitted
+    once, when the call is over, so every event of the call shares the same subject.
     """
 
     __slots__ = (
@@ -62,8 +63,8 @@ class CallTrail:
         principal: Principal,
     ) -> None:
         self._auditor = auditor
-        # The system clock's wall time is read as `time.time_ns`, the reading its `now`
-        # makes a datetime of; the record makes that datetime only when it is read.
+        # The system clock is read as `time.time_ns` and `time.monotonic`, the readings
+        # its `now` and `monotonic` make: the datetime is made only when it is read.
         self._now: Callable[[], datetime | int] = (
             time.time_ns if type(clock) is SystemClock else clock.now
         )
