@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from _measure import (
@@ -58,7 +58,9 @@ from handrail import (
     ToolCall,
     tool,
 )
-from handrail.events import AuditEvent, AuditItem, CallRecord
+
+if TYPE_CHECKING:
+    from handrail.events import AuditEvent, AuditItem, CallRecord
 
 GOOD_ARGS = '{"x": 7}'
 GOOD_RESULT = {"x": 7}

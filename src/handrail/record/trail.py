@@ -65,10 +65,11 @@ class CallTrail:
         self._auditor = auditor
         # The system clock is read as `time.time_ns` and `time.monotonic`, the readings
         # its `now` and `monotonic` make: the datetime is made only when it is read.
-        self._now: Callable[[], datetime | int] = (
-            time.time_ns if type(clock) is SystemClock else clock.now
-        )
-        self._monotonic = time.monotonic if type(clock) is SystemClock else clock.monotonic
+        self._now: Callable[[], datetime | int]
+        if type(clock) is SystemClock:
+            self._now, self._monotonic = time.time_ns, time.monotonic
+        else:
+            self._now, self._monotonic = clock.now, clock.monotonic
         self._stages: list[Stage] = []
         self._mark = self._monotonic()
         self._principal = principal
