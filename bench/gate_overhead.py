@@ -15,6 +15,7 @@ minimum over rounds of µs/call, and the median over rounds of the ratio to the 
     .venv/bin/python bench/gate_overhead.py --peers          # plus peer frameworks
     .venv/bin/python bench/gate_overhead.py --quick --json out.json
     .venv/bin/python bench/gate_overhead.py --profile        # cProfile of the gate path
+    .venv/bin/python bench/gate_overhead.py --unique-args    # no argument text repeats
 """
 
 from __future__ import annotations
