@@ -15,6 +15,7 @@ minimum over rounds of µs/call, and the median over rounds of the ratio to the 
     .venv/bin/python bench/gate_overhead.py --peers          # plus peer frameworks
     .venv/bin/python bench/gate_overhead.py --quick --json out.json
     .venv/bin/python bench/gate_overhead.py --profile        # cProfile of the gate path
+    .venv/bin/python bench/gate_overhead.py --unique-args    # no argument text repeats
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import logging
 import pstats
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from _measure import (
@@ -58,6 +59,9 @@ from handrail import (
     ToolCall,
     tool,
 )
+
+if TYPE_CHECKING:
+    from handrail.events import AuditEvent, AuditItem, CallRecord
 
 GOOD_ARGS = '{"x": 7}'
 GOOD_RESULT = {"x": 7}
@@ -236,7 +240,8 @@ def handrail_cases(workdir: Path) -> list[Case]:
             key="handrail_memory",
             label="handrail gate, MemoryAuditSink",
             call=_gate_call(with_memory, "echo"),
-            reset=memory.events.clear,
+            # (`events.clear` alone would keep records not yet made into events.)
+            reset=getattr(memory, "clear", memory.events.clear),
             **common,
         ),
         Case(
@@ -424,16 +429,30 @@ async def run_batch(case: Case, inputs: list[str]) -> int:
     return elapsed
 
 
-async def measure(cases: list[Case], *, rounds: int, calls: int, warmup: int) -> None:
-    """Check, warm up, then run `rounds` interleaved rounds of `calls` calls per case."""
+async def measure(
+    cases: list[Case], *, rounds: int, calls: int, warmup: int, unique: bool = False
+) -> None:
+    """Check, warm up, then run `rounds` interleaved rounds of `calls` calls per case.
+
+    With `unique`, every call of a case gets argument text no earlier call had (so no
+    cache of argument summaries or results ever hits); else each round repeats them.
+    """
     inputs = [f'{{"x": {i}}}' for i in range(calls)]
+    used: dict[str, int] = {}
+
+    def fresh(case: Case) -> list[str]:
+        if not unique:
+            return inputs
+        start = used.get(case.key, calls)
+        used[case.key] = start + calls
+        return [f'{{"x": {i}}}' for i in range(start, start + calls)]
 
     async def prepare(case: Case) -> None:
         await check(case)
         await run_batch(case, inputs[:warmup])
 
     async def sample(case: Case) -> None:
-        elapsed = await run_batch(case, inputs)
+        elapsed = await run_batch(case, fresh(case))
         case.samples.append(elapsed / calls / 1000)
 
     await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
@@ -544,13 +563,27 @@ def _profiled(out: io.StringIO, title: str, profiler: cProfile.Profile, limit: i
     stats.print_stats(r"handrail[/\\]", limit)
 
 
+class _KeptRecords:
+    """An audit sink that keeps what the auditor hands it, as it came (for the profile)."""
+
+    def __init__(self) -> None:
+        self.items: list[AuditItem] = []
+
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        self.items.extend(events)
+
+    def emit_call(self, record: CallRecord) -> None:
+        self.items.append(record)
+
+
 async def profile(calls: int, limit: int) -> str:
     """cProfile of the gate (audit off, memory audit) and of the audit writer's inserts.
 
     The SQLite gate path is not profiled as one: its writer thread takes the GIL
     whenever the event loop releases it (for example in os.urandom under uuid4), which
     cProfile charges to whatever the loop thread was doing. Instead the writer's work,
-    `SqliteStore.append_audit` in batches of 512 events, is profiled on its own.
+    `SqliteStore.append_audit_items` of the calls' records in batches of about 512
+    events, is profiled on its own.
     """
     inputs = [f'{{"x": {i}}}' for i in range(calls)]
     out = io.StringIO()
@@ -566,22 +599,24 @@ async def profile(calls: int, limit: int) -> str:
                 profiler.disable()
                 _profiled(out, f"{case.label}, {calls} calls", profiler, limit)
 
-            sink = MemoryAuditSink()
-            gate = Gate(_registry(), audit=sink)
+            kept = _KeptRecords()
+            gate = Gate(_registry(), audit=kept)
             call = _gate_call(gate, "echo")
             for raw in inputs:
                 await call(raw)
             store = SqliteStore.open(Path(tmp) / "writer.db")
             try:
-                events = sink.events
+                items = kept.items
+                # What BatchingAuditSink hands the store: about 512 events a batch.
+                per = max(1, 512 * len(items) // max(1, sum(len(i) for i in items)))
                 profiler = cProfile.Profile()
                 profiler.enable()
-                for first in range(0, len(events), 512):
-                    store.append_audit(events[first : first + 512])
+                for first in range(0, len(items), per):
+                    store.append_audit_items(items[first : first + per])
                 profiler.disable()
             finally:
                 store.close()
-            title = f"audit writer, append_audit of {len(events)} events ({calls} calls)"
+            title = f"audit writer, append_audit_items of {len(items)} calls' records"
             _profiled(out, title, profiler, limit)
         finally:
             for case in cases.values():
@@ -602,7 +637,13 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
             more, notes = await peer_cases()
             cases.extend(more)
         try:
-            await measure(cases, rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+            await measure(
+                cases,
+                rounds=args.rounds,
+                calls=args.calls,
+                warmup=args.warmup,
+                unique=args.unique_args,
+            )
         finally:
             for case in cases:
                 if case.close is not None:
@@ -618,6 +659,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="rounds per path (default 15)")
     parser.add_argument("--calls", type=int, help="calls per round (default 2000)")
     parser.add_argument("--warmup", type=int, help="warm-up calls per path (default 500)")
+    parser.add_argument(
+        "--unique-args",
+        action="store_true",
+        help="new argument text for every call (no cache of summaries or results hits)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
     parser.add_argument(
         "--profile",

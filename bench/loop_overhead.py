@@ -364,7 +364,7 @@ def handrail_cases() -> list[Case]:
             label="handrail loop (composed), MemoryAuditSink",
             api=api,
             run=with_memory.run,
-            reset=memory.events.clear,
+            reset=memory.clear,
         ),
         Case(
             key="handrail_wire",

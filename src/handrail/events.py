@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -19,10 +19,18 @@ __all__ = [
     "NO_SUBJECT",
     "STORED_WIDTHS",
     "AuditEvent",
+    "AuditItem",
     "AuditSubject",
+    "CallRecord",
+    "Stage",
+    "SubjectFields",
     "event_of",
+    "events_of",
+    "fields_of",
     "fit_text",
+    "record_fits",
     "storable_events",
+    "subject_of",
 ]
 
 
@@ -149,6 +157,157 @@ def event_of(  # noqa: PLR0917 - one argument per field, positional for speed
     return event
 
 
+_SET_SUBJECT = tuple(getattr(AuditSubject, f.name).__set__ for f in fields(AuditSubject))
+
+
+def subject_of(  # noqa: PLR0917 - one argument per field, positional for speed
+    request_id: str | None,
+    tool_call_id: str | None,
+    tool: str | None,
+    schema_version: str | None,
+    args_hash: str | None,
+    args_summary: str | None,
+    user_id: str | None,
+    tenant_id: str | None,
+) -> AuditSubject:
+    """The same AuditSubject as the keyword constructor makes, built faster (once a call)."""
+    subject: AuditSubject = _new_object(AuditSubject)
+    s_req, s_call, s_tool, s_version, s_hash, s_summary, s_user, s_tenant = _SET_SUBJECT
+    s_req(subject, request_id)
+    s_call(subject, tool_call_id)
+    s_tool(subject, tool)
+    s_version(subject, schema_version)
+    s_hash(subject, args_hash)
+    s_summary(subject, args_summary)
+    s_user(subject, user_id)
+    s_tenant(subject, tenant_id)
+    return subject
+
+
+Stage = tuple[str, str, str | None, str | None, float, datetime | int]
+"""One stage of a call: (stage, decision, code, detail, seconds it took, when it ended).
+
+When it ended is a datetime, or an int: nanoseconds since the epoch as `time.time_ns`
+read them, the same reading `datetime.now(UTC)` floors to microseconds.
+"""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def wall_time(at: datetime | int) -> datetime:
+    """A stage's end as a datetime (see `Stage`)."""
+    if isinstance(at, int):
+        return _EPOCH + timedelta(microseconds=at // 1000)
+    return at
+
+
+SubjectFields = tuple[
+    str | None, str | None, str | None, str | None, str | None, str | None, str | None, str | None
+]
+"""An AuditSubject's fields, in its order: request_id, tool_call_id, tool, schema_version,
+args_hash, args_summary, user_id, tenant_id."""
+
+
+def fields_of(subject: AuditSubject) -> SubjectFields:
+    """`subject`'s fields, in its order."""
+    s = subject
+    return (
+        s.request_id,
+        s.tool_call_id,
+        s.tool,
+        s.schema_version,
+        s.args_hash,
+        s.args_summary,
+        s.user_id,
+        s.tenant_id,
+    )
+
+
+class CallRecord:
+    """The events of one call, compact: what the sink turns into AuditEvents when read.
+
+    Taken when the call is over, with everything an event holds already decided: the
+    ids (`ids`, or `id_prefix` followed by the hex counters from `id_first`, as
+    `record.audit.unique_ids` makes them), each stage's clock readings, the scrubbed
+    details and the fields of the shared, scrubbed subject. `events()` makes the same
+    events the auditor used to build at once; a store may write rows from it directly.
+    """
+
+    __slots__ = ("_subject", "id_first", "id_prefix", "ids", "kind", "stages", "subject_fields")
+
+    def __init__(
+        self,
+        kind: str,
+        subject_fields: SubjectFields,
+        stages: Sequence[Stage],
+        *,
+        ids: Sequence[str] = (),
+        id_prefix: str | None = None,
+        id_first: int = 0,
+    ) -> None:
+        self.kind = kind
+        self.subject_fields = subject_fields
+        self.stages = stages
+        self.ids = ids
+        self.id_prefix = id_prefix
+        self.id_first = id_first
+        self._subject: AuditSubject | None = None
+
+    @property
+    def subject(self) -> AuditSubject:
+        """The subject every event of the call shares (made once)."""
+        subject = self._subject
+        if subject is None:
+            subject = self._subject = subject_of(*self.subject_fields)
+        return subject
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def event_ids(self) -> Sequence[str]:
+        """The ids of the events, in order."""
+        prefix = self.id_prefix
+        if prefix is None:
+            return self.ids
+        first = self.id_first
+        return [f"{prefix}{first + index:08x}" for index in range(len(self.stages))]
+
+    def events(self) -> list[AuditEvent]:
+        """The AuditEvents, one per stage, in order."""
+        kind, subject = self.kind, self.subject
+        return [
+            event_of(
+                event_id,
+                wall_time(at),
+                kind,
+                stage,
+                decision,
+                subject,
+                code,
+                round(seconds * 1000, 3),
+                detail,
+            )
+            for event_id, (stage, decision, code, detail, seconds, at) in zip(
+                self.event_ids(), self.stages, strict=True
+            )
+        ]
+
+
+AuditItem = AuditEvent | CallRecord
+"""What a batch of audit holds: single events, and calls recorded compactly."""
+
+
+def events_of(items: Sequence[AuditItem]) -> list[AuditEvent]:
+    """The events of `items`, in order, each call's made from its record."""
+    out: list[AuditEvent] = []
+    for item in items:
+        if isinstance(item, CallRecord):
+            out.extend(item.events())
+        else:
+            out.append(item)
+    return out
+
+
 # The widths of the stored audit row (None: unbounded text). Every store clips to them.
 _ID_WIDTH, _LABEL_WIDTH, _CODE_WIDTH = 64, 32, 64
 STORED_WIDTHS: Mapping[str, int | None] = MappingProxyType(
@@ -213,10 +372,23 @@ def _event_fits(event: AuditEvent) -> bool:
 
 def _subject_fits(subject: AuditSubject) -> bool:
     """Whether the store keeps the subject's text as it is (once per call)."""
-    s = subject
-    request_id, call_id, tool = s.request_id or "", s.tool_call_id or "", s.tool or ""
-    user_id, tenant_id = s.user_id or "", s.tenant_id or ""
-    version, digest = s.schema_version or "", s.args_hash or ""
+    return _fields_fit(*fields_of(subject))
+
+
+def _fields_fit(  # noqa: PLR0917 - a subject's fields, as `SubjectFields` orders them
+    request_id: str | None,
+    tool_call_id: str | None,
+    tool: str | None,
+    schema_version: str | None,
+    args_hash: str | None,
+    args_summary: str | None,
+    user_id: str | None,
+    tenant_id: str | None,
+) -> bool:
+    """`_subject_fits` of a subject with these fields."""
+    request_id, call_id, tool = request_id or "", tool_call_id or "", tool or ""
+    user_id, tenant_id = user_id or "", tenant_id or ""
+    version, digest = schema_version or "", args_hash or ""
     return (
         is_storable(
             request_id
@@ -226,7 +398,7 @@ def _subject_fits(subject: AuditSubject) -> bool:
             + tenant_id
             + version
             + digest
-            + (s.args_summary or ""),
+            + (args_summary or ""),
         )
         and len(request_id) <= _SUBJECT_WIDTHS["request_id"]
         and len(call_id) <= _SUBJECT_WIDTHS["tool_call_id"]
@@ -241,6 +413,47 @@ def _subject_fits(subject: AuditSubject) -> bool:
 def _fitted_subject(subject: AuditSubject) -> AuditSubject:
     changed = _fitted(subject, _SUBJECT_TEXT)
     return replace(subject, **changed) if changed else subject
+
+
+def record_fits(record: CallRecord) -> bool:  # noqa: PLR0911 - one return per check
+    """Whether a store keeps all of `record`'s text as it is (no `storable_events` copy).
+
+    A store that writes rows from the record directly checks this first; when it says
+    False, the record's events take `storable_events`, so the rows are the same.
+    """
+    stages = record.stages
+    if not stages:
+        return True
+    try:
+        if not _fields_fit(*record.subject_fields):
+            return False
+        prefix = record.id_prefix
+        if prefix is None:
+            ids = record.ids
+            if len(ids) != len(stages) or not all(
+                is_storable(event_id) and len(event_id) <= _ID_WIDTH for event_id in ids
+            ):
+                return False
+        else:
+            last = f"{prefix}{record.id_first + len(stages) - 1:08x}"
+            if not is_storable(prefix) or len(last) > _ID_WIDTH:
+                return False
+        kind = record.kind
+        if len(kind) > _LABEL_WIDTH:
+            return False
+        for stage, decision, code, detail, _, _ in stages:
+            if detail is not None and not is_storable(detail):
+                return False
+            if not (
+                is_storable(kind + stage + decision + (code or ""))
+                and len(stage) <= _LABEL_WIDTH
+                and len(decision) <= _LABEL_WIDTH
+                and (code is None or len(code) <= _CODE_WIDTH)
+            ):
+                return False
+    except TypeError:  # a field that is not text: the events' slow path handles it
+        return False
+    return True
 
 
 def storable_events(events: Sequence[AuditEvent]) -> list[AuditEvent]:

@@ -1,28 +1,46 @@
 """The auditor: audit events built for every stage of a call and handed to a sink.
 
-Owns building events (id, time, scrubbed detail), the sink protocol, the in-memory sink
-and the redacted arguments summary. It never decides anything; it records what the
-gate, the registry and the write path decided. Sinks that persist live beside it.
+Owns building events (id, time, scrubbed detail) and, for a tool call, its compact
+record (`CallRecord`: ids taken and text scrubbed at once, events made when read), the
+sink protocol, the in-memory sink and the redacted arguments summary. It never decides
+anything; it records what the gate, the registry and the write path decided. Sinks
+that persist live beside it.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import json
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from handrail.events import NO_SUBJECT, AuditEvent, AuditSubject, event_of
+from handrail.events import (
+    NO_SUBJECT,
+    AuditEvent,
+    AuditSubject,
+    CallRecord,
+    Stage,
+    SubjectFields,
+    fields_of,
+)
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
 
 
-__all__ = ["AuditSink", "Auditor", "MemoryAuditSink", "summarize_arguments", "unique_ids"]
+__all__ = [
+    "AuditSink",
+    "Auditor",
+    "CallSink",
+    "MemoryAuditSink",
+    "UniqueIds",
+    "summarize_arguments",
+    "unique_ids",
+]
 
 
 _SENSITIVE_KEYS = (
@@ -49,21 +67,58 @@ _CACHED_KEY = 64
 
 
 class AuditSink(Protocol):
-    """Receives audit events. `emit` must not block the event loop for long."""
+    """Receives audit events. `emit` must not block the event loop for long.
+
+    A sink may also have `emit_call(record: CallRecord)` (see `CallSink`): then the
+    events of a tool call reach it as one compact record, to be turned into events
+    when read or written. A sink with `emit` alone receives those same events.
+    """
 
     def emit(self, events: Sequence[AuditEvent]) -> None:
         """Accept events for recording, in order."""
         ...
 
 
-def unique_ids() -> Callable[[], str]:
+class CallSink(AuditSink, Protocol):
+    """A sink that takes the events of a call as one `CallRecord` (cheaper to emit)."""
+
+    def emit_call(self, record: CallRecord) -> None:
+        """Accept the events of one call, in order, as a record."""
+        ...
+
+
+class UniqueIds:
     """Ids unique across processes: a random 96-bit prefix per source, then a counter.
 
-    Cheaper than a uuid4 per event (no system call), and still never repeats.
+    Cheaper than a uuid4 per event (no system call), and still never repeats. A call's
+    ids can be reserved as a block (`reserve`) and written out only when read.
     """
-    prefix = uuid.uuid4().hex[:24]
-    counter = itertools.count(1)
-    return lambda: f"{prefix}{next(counter):08x}"
+
+    __slots__ = ("_lock", "_next", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = uuid.uuid4().hex[:24]
+        self._next = 1
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        """The next id."""
+        with self._lock:
+            number = self._next
+            self._next = number + 1
+        return f"{self.prefix}{number:08x}"
+
+    def reserve(self, count: int) -> int:
+        """Take the next `count` counters; the first of them. Id k is `prefix` + f"{k:08x}"."""
+        with self._lock:
+            first = self._next
+            self._next = first + count
+        return first
+
+
+def unique_ids() -> UniqueIds:
+    """A new source of unique ids (see `UniqueIds`)."""
+    return UniqueIds()
 
 
 class Auditor:
@@ -72,7 +127,7 @@ class Auditor:
     The id source and clock are injected so that tests can replay a trail exactly.
     """
 
-    __slots__ = ("_clock", "_new_id", "_scrub", "_sink")
+    __slots__ = ("_clock", "_emit_call", "_ids", "_new_id", "_scrub", "_sink")
 
     def __init__(
         self,
@@ -85,9 +140,12 @@ class Auditor:
         self._sink = sink
         self._clock = clock
         self._new_id = new_id or unique_ids()
+        # The default id source hands out a call's ids as one block.
+        self._ids = self._new_id if isinstance(self._new_id, UniqueIds) else None
         # Applied to every detail and argument summary before it leaves: secret values
         # and personal data never reach the audit trail.
         self._scrub = scrub
+        self._emit_call = _call_emitter(sink) if sink is not None else None
 
     @property
     def enabled(self) -> bool:
@@ -129,39 +187,48 @@ class Auditor:
     def emit_stages(
         self,
         subject: AuditSubject,
-        stages: Sequence[tuple[str, str, str | None, str | None, float, datetime]],
+        stages: Sequence[Stage],
         *,
         kind: str = "call",
     ) -> None:
-        """Emit one event per stage, all about `subject`, in one batch.
+        """Emit one event per stage, all about `subject`, as one `CallRecord`.
 
-        A stage is (stage, decision, code, detail, seconds it took, when it ended). The
-        same events as `emit` of `event(...)` for each stage, built and scrubbed with
-        less work: the shared subject's summary is scrubbed once.
+        A stage is (stage, decision, code, detail, seconds it took, when it ended; see
+        `Stage`). The same events as `emit` of `event(...)` for each stage: ids are
+        taken now, details and the shared subject's summary are scrubbed now, once;
+        only turning the record into events is left to the sink.
         """
-        sink = self._sink
-        if sink is None or not stages:
+        self.emit_call(fields_of(subject), stages, kind=kind)
+
+    def emit_call(
+        self,
+        subject: SubjectFields,
+        stages: Sequence[Stage],
+        *,
+        kind: str = "call",
+    ) -> None:
+        """`emit_stages` of a subject given by its fields (see `SubjectFields`)."""
+        emit_call = self._emit_call
+        if emit_call is None or not stages:
             return
         scrub = self._scrub
         if scrub is not None:
-            subject = _scrubbed_subject(subject, scrub)
-        new_id = self._new_id
-        sink.emit(
-            [
-                event_of(
-                    new_id(),
-                    at,
-                    kind,
-                    stage,
-                    decision,
-                    subject,
-                    code,
-                    round(seconds * 1000, 3),
-                    detail if detail is None or scrub is None else scrub(detail),
-                )
-                for stage, decision, code, detail, seconds, at in stages
-            ],
-        )
+            summary = subject[5]
+            if summary is not None and (clean := scrub(summary)) != summary:
+                subject = (*subject[:5], _bounded(clean), *subject[6:])
+            for stage in stages:
+                if stage[3] is not None:
+                    stages = _scrubbed_stages(stages, scrub)
+                    break
+        ids = self._ids
+        if ids is not None:
+            record = CallRecord(
+                kind, subject, stages, id_prefix=ids.prefix, id_first=ids.reserve(len(stages))
+            )
+        else:
+            new_id = self._new_id
+            record = CallRecord(kind, subject, stages, ids=[new_id() for _ in stages])
+        emit_call(record)
 
     def note(
         self,
@@ -195,6 +262,22 @@ class Auditor:
         )
 
 
+def _call_emitter(sink: AuditSink) -> Callable[[CallRecord], None]:
+    """How records reach `sink`: its `emit_call`, or its `emit` of the record's events."""
+    emit_call: Callable[[CallRecord], None] | None = getattr(sink, "emit_call", None)
+    if emit_call is not None:
+        return emit_call
+    emit = sink.emit
+    return lambda record: emit(record.events())
+
+
+def _scrubbed_stages(stages: Sequence[Stage], scrub: Callable[[str], str]) -> list[Stage]:
+    return [
+        (stage, decision, code, detail if detail is None else scrub(detail), seconds, at)
+        for stage, decision, code, detail, seconds, at in stages
+    ]
+
+
 def _scrubbed_subject(subject: AuditSubject, scrub: Callable[[str], str]) -> AuditSubject:
     summary = subject.args_summary
     if summary is not None and (clean := scrub(summary)) != summary:
@@ -226,14 +309,47 @@ def _scrubbed(events: Sequence[AuditEvent], scrub: Callable[[str], str]) -> list
 
 
 class MemoryAuditSink:
-    """Keeps events in a list; for tests and for `handrail.testing`."""
+    """Keeps events in a list; for tests and for `handrail.testing`.
+
+    A call's record is kept as it came and made into events when `events` is read.
+    """
 
     def __init__(self) -> None:
-        self.events: list[AuditEvent] = []
+        self._events: list[AuditEvent] = []
+        self._calls: list[CallRecord | Sequence[AuditEvent]] = []
+
+    @property
+    def events(self) -> list[AuditEvent]:
+        """Every event, in order (the same list each time; clearing it clears the sink)."""
+        if self._calls:
+            self._settle()
+        return self._events
+
+    def _settle(self) -> None:
+        # Taken from the front and deleted in one step each: an emit from another thread
+        # meanwhile appends behind them and is settled next, never lost.
+        calls, out = self._calls, self._events
+        while calls:
+            taken = calls[:]
+            del calls[: len(taken)]
+            for item in taken:
+                out.extend(item.events() if isinstance(item, CallRecord) else item)
 
     def emit(self, events: Sequence[AuditEvent]) -> None:
         """Append the events."""
-        self.events.extend(events)
+        if self._calls:
+            self._calls.append(list(events))
+        else:
+            self._events.extend(events)
+
+    def emit_call(self, record: CallRecord) -> None:
+        """Append the events of one call (made when read)."""
+        self._calls.append(record)
+
+    def clear(self) -> None:
+        """Drop every event."""
+        self._calls.clear()
+        self._events.clear()
 
     def for_call(self, call_id: str) -> list[AuditEvent]:
         """The events of one tool call, in order."""
@@ -255,6 +371,9 @@ def _is_sensitive(key: str) -> bool:
 
 
 _SUMMARY_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr)
+# The string encoder `_SUMMARY_ENCODER` uses (no ensure_ascii), for `_quick`.
+_quoted: Callable[[str], str] = json.encoder.encode_basestring
+_REDACTED = _quoted("[redacted]")
 
 
 def _summarize(value: object, depth: int) -> object:
@@ -282,6 +401,56 @@ def _summarize(value: object, depth: int) -> object:
     return value
 
 
+def _quick(value: object, depth: int) -> str | None:  # noqa: PLR0911 - one return per JSON type
+    """`_SUMMARY_ENCODER.encode(_summarize(value, depth))` for the common case, else None.
+
+    Common: None, bool, int, str, and dict (short str keys, at most `_SUMMARY_ITEMS` of
+    them), list and tuple (at most `_SUMMARY_ITEMS` items) of those, of exactly these
+    types: nothing to cut but strings, no key that clipping could make equal to another.
+    One pass, without the intermediate summary.
+    """
+    kind = type(value)
+    if kind is str:
+        if len(value) > _SUMMARY_STRING:  # type: ignore[arg-type]  # a str
+            value = f"{value[:_SUMMARY_STRING]}…({len(value)} chars)"  # type: ignore[index,arg-type]
+        return _quoted(value)  # type: ignore[arg-type]  # a str
+    if kind is int:
+        return repr(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is dict:
+        mapping: dict[object, object] = value  # type: ignore[assignment]  # a dict
+        if depth >= _SUMMARY_DEPTH:
+            return _quoted(f"{{…{len(mapping)} keys}}")
+        if len(mapping) > _SUMMARY_ITEMS:
+            return None
+        parts: list[str] = []
+        for key, item in mapping.items():
+            if type(key) is not str or len(key) > _SUMMARY_STRING:
+                return None
+            text = _REDACTED if _is_sensitive(key) else _quick(item, depth + 1)
+            if text is None:
+                return None
+            parts.append(f"{_quoted(key)}: {text}")
+        return "{" + ", ".join(parts) + "}"
+    if kind is list or kind is tuple:
+        sequence: Sequence[object] = value  # type: ignore[assignment]  # a list or tuple
+        if depth >= _SUMMARY_DEPTH:
+            return _quoted(f"[…{len(sequence)} items]")
+        if len(sequence) > _SUMMARY_ITEMS:
+            return None
+        items: list[str] = []
+        for item in sequence:
+            text = _quick(item, depth + 1)
+            if text is None:
+                return None
+            items.append(text)
+        return "[" + ", ".join(items) + "]"
+    return None
+
+
 def summarize_arguments(arguments: object) -> str:
     """A short, redacted JSON summary of arguments for the audit log.
 
@@ -289,7 +458,10 @@ def summarize_arguments(arguments: object) -> str:
     and the whole summary is bounded. Full pattern-based redaction is the shaping
     layer's job; this only keeps the audit log from becoming a copy of the input.
     """
-    return _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0)))
+    text = _quick(arguments, 0)
+    if text is None:
+        text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
+    return _bounded(text)
 
 
 def _bounded(text: str) -> str:

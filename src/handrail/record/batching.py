@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from handrail.clock import SystemClock
 from handrail.errors import AuditSinkError, ConfigurationError, ErrorCode, StoreError
-from handrail.events import AuditEvent, AuditSubject, fit_text
+from handrail.events import AuditEvent, AuditItem, AuditSubject, CallRecord, events_of, fit_text
 from handrail.record.audit import unique_ids
 from handrail.text import escape_unstorable
 
@@ -145,7 +145,12 @@ class BatchingAuditSink:
         lock = threading.Lock()
         self._work = threading.Condition(lock)  # the writer waits here for events
         self._progress = threading.Condition(lock)  # flush, close and a full emit wait here
-        self._pending: collections.deque[Sequence[AuditEvent]] = collections.deque()
+        # Emitted events, and calls' records (made into rows or events by the writer).
+        self._pending: collections.deque[Sequence[AuditEvent] | CallRecord] = collections.deque()
+        # The store's way to take records as they are, else their events.
+        self._append: Callable[[Sequence[AuditItem]], None] = getattr(
+            store, "append_audit_items", None
+        ) or (lambda items: store.append_audit(events_of(items)))
         self._waiting = 0  # events in `_pending`
         # When the oldest of them arrived, on time.monotonic: the writer waits on real
         # time (a Condition), whatever clock stamps events and times stalls.
@@ -166,6 +171,13 @@ class BatchingAuditSink:
 
         With the queue full, waits up to 5 s for room.
         """
+        self._enqueue(events)
+
+    def emit_call(self, record: CallRecord) -> None:
+        """Enqueue the events of one call as its record; otherwise exactly as `emit`."""
+        self._enqueue(record)
+
+    def _enqueue(self, events: Sequence[AuditEvent] | CallRecord) -> None:
         count = len(events)
         if not count:
             return
@@ -303,11 +315,12 @@ class BatchingAuditSink:
 
     def _run(self) -> None:
         try:
-            while (batch := self._take()) is not None:
-                tally = self._write(batch)
+            while (taken := self._take()) is not None:
+                batch, count = taken
+                tally = self._write(batch, count)
                 with self._progress:
                     self._writing_since = None
-                    self._handled += len(batch)
+                    self._handled += count
                     self._add(tally)
                     self._progress.notify_all()
         except BaseException as exc:  # noqa: BLE001 - the writer's top level: never end silently
@@ -318,8 +331,8 @@ class BatchingAuditSink:
                 self._count.last_error = _describe(exc)
                 self._progress.notify_all()
 
-    def _take(self) -> list[AuditEvent] | None:
-        """The next batch, waiting for one; None once closed with nothing left."""
+    def _take(self) -> tuple[list[AuditItem], int] | None:
+        """The next batch and how many events it holds; None once closed with nothing left."""
         with self._work:
             while not self._due():
                 if self._closed:
@@ -327,13 +340,20 @@ class BatchingAuditSink:
                 # Nothing waiting: sleep until an emit. Else until the oldest is due.
                 due_in = self._oldest + self._max_delay - time.monotonic()
                 self._work.wait(due_in if self._pending else None)
-            batch: list[AuditEvent] = []
-            while self._pending and len(batch) < self._max_batch:
-                batch.extend(self._pending.popleft())
-            self._waiting -= len(batch)
+            batch: list[AuditItem] = []
+            count = 0
+            pending, most = self._pending, self._max_batch
+            while pending and count < most:
+                item = pending.popleft()
+                count += len(item)
+                if isinstance(item, CallRecord):
+                    batch.append(item)
+                else:
+                    batch.extend(item)
+            self._waiting -= count
             self._writing_since = self._clock.monotonic()
             self._progress.notify_all()  # room in the queue for a waiting emit
-            return batch
+            return batch, count
 
     def _due(self) -> bool:
         """Under the lock: whether the waiting events are to be written now."""
@@ -352,12 +372,13 @@ class BatchingAuditSink:
         count.failed_writes += tally.failed_writes
         count.last_error = tally.last_error or count.last_error
 
-    def _write(self, batch: list[AuditEvent]) -> _Tally:
+    def _write(self, items: list[AuditItem], count: int) -> _Tally:
         tally = _Tally()
-        if self._attempt(batch, self._retries, tally):
-            tally.written = len(batch)
+        if self._attempt(items, self._retries, tally):
+            tally.written = count
             return tally
         # One bad row must not cost the others: write the batch event by event.
+        batch = _events(items, tally)
         for index, event in enumerate(batch):
             if len(batch) > 1 and self._attempt([event], 1, tally):
                 tally.written += 1
@@ -382,11 +403,11 @@ class BatchingAuditSink:
             break
         return tally
 
-    def _attempt(self, events: list[AuditEvent], times: int, tally: _Tally) -> bool:
-        """Write `events`, retrying a StoreError up to `times` attempts in all."""
+    def _attempt(self, items: Sequence[AuditItem], times: int, tally: _Tally) -> bool:
+        """Write `items`, retrying a StoreError up to `times` attempts in all."""
         for attempt in range(1, times + 1):
             try:
-                self._store.append_audit(events)
+                self._append(items)
             except StoreError as exc:
                 tally.failed_writes += 1
                 tally.last_error = _describe(exc)
@@ -425,6 +446,21 @@ class BatchingAuditSink:
             ),
             detail=json.dumps(facts, sort_keys=True),
         )
+
+
+def _events(items: list[AuditItem], tally: _Tally) -> list[AuditEvent]:
+    """The events of `items`; a record that cannot be made into events is lost, loudly."""
+    out: list[AuditEvent] = []
+    for item in items:
+        if not isinstance(item, CallRecord):
+            out.append(item)
+            continue
+        try:
+            out.extend(item.events())
+        except Exception:  # noqa: BLE001 - not events: lose them, keep writing
+            _log.exception("the audit events of a call could not be made and are lost")
+            tally.lost += len(item)
+    return out
 
 
 def _kept(value: object) -> str | None:

@@ -1,18 +1,22 @@
 """The audit trail of one call: each stage's outcome and time, emitted together.
 
-Stages only note their outcome as the call goes; the events are built once, at the end,
-so every event of the call shares one subject (ids, tool, argument hash and summary).
+Stages only note their outcome and clock readings as the call goes; at the end the call
+is handed over as one `CallRecord`, so every event of the call shares one subject (ids,
+tool, argument hash and summary) and the events themselves are made only when read.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from handrail.canonical import canonical_json, sha256_hex
+from handrail.clock import SystemClock
 from handrail.errors import ErrorCode
-from handrail.events import AuditSubject
+from handrail.events import Stage
 from handrail.record.audit import Auditor, summarize_arguments
 
 if TYPE_CHECKING:
@@ -33,11 +37,23 @@ MAX_NAME_IN_AUDIT = 128
 class CallTrail:
     """Times one call's stages; at the end, emits one event per stage about one subject.
 
-    Recording a stage only notes its outcome and time; the events are built once, when
-    the call is over, so every event of the call shares the same subject.
+    Recording a stage only notes its outcome and clock readings; the record is emitted
+    once, when the call is over, so every event of the call shares the same subject.
     """
 
-    __slots__ = ("_auditor", "_mark", "_monotonic", "_now", "_stages", "_subject")
+    __slots__ = (
+        "_args_hash",
+        "_args_summary",
+        "_auditor",
+        "_call_id",
+        "_mark",
+        "_monotonic",
+        "_now",
+        "_principal",
+        "_schema_version",
+        "_stages",
+        "_tool",
+    )
 
     def __init__(
         self,
@@ -47,21 +63,25 @@ class CallTrail:
         principal: Principal,
     ) -> None:
         self._auditor = auditor
-        self._now = clock.now
-        self._monotonic = clock.monotonic
-        self._stages: list[tuple[str, str, str | None, str | None, float, datetime]] = []
-        self._mark = clock.monotonic()
-        self._subject: dict[str, Any] = {
-            "request_id": principal.request_id,
-            "tool_call_id": str(call.id)[:256],
-            "tool": str(call.name)[:MAX_NAME_IN_AUDIT],
-            "user_id": principal.user_id,
-            "tenant_id": principal.tenant_id,
-        }
+        # The system clock is read as `time.time_ns` and `time.monotonic`, the readings
+        # its `now` and `monotonic` make: the datetime is made only when it is read.
+        self._now: Callable[[], datetime | int]
+        if type(clock) is SystemClock:
+            self._now, self._monotonic = time.time_ns, time.monotonic
+        else:
+            self._now, self._monotonic = clock.now, clock.monotonic
+        self._stages: list[Stage] = []
+        self._mark = self._monotonic()
+        self._principal = principal
+        self._call_id = str(call.id)[:256]
+        self._tool = str(call.name)[:MAX_NAME_IN_AUDIT]
+        self._schema_version: str | None = None
+        self._args_hash: str | None = None
+        self._args_summary: str | None = None
 
     def tool(self, tool: Tool) -> None:
         """The call reached a registered tool: note its schema version."""
-        self._subject["schema_version"] = tool.spec.schema_version
+        self._schema_version = tool.spec.schema_version
 
     def arguments(self, arguments: object) -> None:
         """The parsed arguments: their hash and a short redacted summary."""
@@ -69,8 +89,8 @@ class CallTrail:
             digest = sha256_hex(canonical_json(arguments))
         except ValueError:
             digest = None
-        self._subject["args_hash"] = digest
-        self._subject["args_summary"] = summarize_arguments(arguments)
+        self._args_hash = digest
+        self._args_summary = summarize_arguments(arguments)
 
     def raw_arguments(self, raw: object) -> None:
         """Arguments that could not be parsed: their hash and size only."""
@@ -80,8 +100,8 @@ class CallTrail:
             data = bytes(raw)
         else:
             data = repr(type(raw)).encode()
-        self._subject["args_hash"] = sha256_hex(data)
-        self._subject["args_summary"] = f"[unparsed: {len(data)} bytes]"
+        self._args_hash = sha256_hex(data)
+        self._args_summary = f"[unparsed: {len(data)} bytes]"
 
     def record(
         self,
@@ -98,7 +118,18 @@ class CallTrail:
 
     def emit(self) -> None:
         """Emit one event per recorded stage, all about the same subject."""
-        self._auditor.emit_stages(AuditSubject(**self._subject), self._stages)
+        principal = self._principal
+        subject = (
+            principal.request_id,
+            self._call_id,
+            self._tool,
+            self._schema_version,
+            self._args_hash,
+            self._args_summary,
+            principal.user_id,
+            principal.tenant_id,
+        )
+        self._auditor.emit_call(subject, tuple(self._stages))
 
 
 async def count_denial(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from handrail.errors import StoreError
-from handrail.events import AuditEvent, storable_events
+from handrail.events import (
+    AuditEvent,
+    AuditItem,
+    CallRecord,
+    events_of,
+    record_fits,
+    storable_events,
+    wall_time,
+)
 from handrail.store._rows import EVENT_FIELDS, SUBJECT_FIELDS
 from handrail.store._sqlite_async import SqliteExecutions
 from handrail.store.sql import SqlStore
@@ -115,6 +123,75 @@ def _audit_values(events: Sequence[AuditEvent]) -> list[object] | None:
     return values
 
 
+def _stamper() -> Callable[[datetime | int], str]:
+    """Formats stage times as `_audit_values` does; the seconds' text is reused.
+
+    The events of a batch mostly end within the same second: only the microseconds
+    differ, so the date and time of day are formatted once per second.
+    """
+    last = -1
+    head = ""
+
+    def stamp(at: datetime | int) -> str:
+        nonlocal last, head
+        if type(at) is int:
+            seconds, micros = divmod(at // 1000, 1_000_000)
+            if seconds != last:
+                head = wall_time(seconds * 1_000_000_000).isoformat(" ")[: _STORED_TIME - 7]
+                last = seconds
+            return f"{head}.{micros:06d}"
+        if type(at) is datetime:
+            return at.isoformat(" ", "microseconds")[:_STORED_TIME]
+        raise _NeedsTypes
+
+    return stamp
+
+
+class _NeedsTypes(Exception):  # noqa: N818 - a signal inside this module, never raised out
+    """An item whose values only SQLAlchemy's column types can store."""
+
+
+def _item_values(items: Sequence[AuditItem]) -> list[object] | None:
+    """The rows of `items`, as `_audit_values` makes them for their events; None likewise.
+
+    A call's record whose text is storable as it is (`record_fits`) becomes rows
+    directly, without events; any other item takes `storable_events` first.
+    """
+    values: list[object] = []
+    add = values.extend
+    stamp = _stamper()
+    try:
+        for item in items:
+            if not isinstance(item, CallRecord) or not record_fits(item):
+                events = [item] if isinstance(item, AuditEvent) else item.events()
+                more = _audit_values(storable_events(events))
+                if more is None:
+                    return None
+                add(more)
+                continue
+            subject = item.subject_fields
+            kind = item.kind
+            for event_id, (stage, decision, code, detail, seconds, at) in zip(
+                item.event_ids(), item.stages, strict=True
+            ):
+                add(
+                    (
+                        event_id,
+                        stamp(at),
+                        kind,
+                        stage,
+                        decision,
+                        code,
+                        round(seconds * 1000, 3),
+                        detail,
+                        *subject,
+                    ),
+                )
+    except _NeedsTypes:
+        return None
+    return values
+
+
 class SqliteStore(SqlStore):
     """A Store in one SQLite file; `open` creates the folder, the file and the schema.
 
@@ -162,6 +239,10 @@ class SqliteStore(SqlStore):
         if values is None:
             super().append_audit(stored)
             return
+        self._insert_values(values)
+
+    def _insert_values(self, values: list[object]) -> None:
+        """Insert rows (their values one after another) in one transaction."""
         width = len(_AUDIT_COLUMNS) * _ROWS_PER_INSERT
         try:
             with self.engine.begin() as connection:
@@ -171,6 +252,20 @@ class SqliteStore(SqlStore):
                     connection.exec_driver_sql(statement, chunk)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"audit write failed: {type(exc).__name__}") from exc
+
+    def append_audit_items(self, items: Sequence[AuditItem]) -> None:
+        """`append_audit` of the items' events, with calls' records written as rows directly.
+
+        For `BatchingAuditSink`, whose writer takes records as the auditor emitted them:
+        the rows are the ones `append_audit` would write for their events.
+        """
+        if not items:
+            return
+        values = _item_values(items)
+        if values is None:
+            super().append_audit(storable_events(events_of(items)))
+            return
+        self._insert_values(values)
 
     def journal_mode(self) -> str:
         """The journal mode in force, for checks and diagnostics."""
