@@ -29,6 +29,7 @@ def test_every_path_is_measured_checked_and_reported(
 ) -> None:
     out = tmp_path / "result.json"
     args = ["--files", "4001", "--file-bytes", "300", "--rounds", "1", "--warmup", "0"]
+    args += ["--cases", "few,many"]
     assert bench.main([*args, "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     few, many = payload["results"]["few matches"], payload["results"]["many matches"]
@@ -45,7 +46,21 @@ def test_an_existing_tree_can_be_searched(bench: ModuleType, tmp_path: Path) -> 
     (tmp_path / "a.txt").write_text("alpha\nbeta\n")
     out = tmp_path / "result.json"
     args = ["--tree", str(tmp_path), "--few", "alpha", "--many", "a", "--rounds", "1"]
+    args += ["--cases", "few,many"]
     assert bench.main([*args, "--warmup", "0", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert payload["results"]["few matches"]["check"]["total_matches"] == 1
     assert payload["environment"]["tree"] == str(tmp_path.resolve())
+
+
+def test_the_mid_case_builds_its_own_tree_and_is_measured(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    out = tmp_path / "result.json"
+    args = ["--cases", "mid", "--mid-files", "20", "--rounds", "1", "--warmup", "0"]
+    assert bench.main([*args, "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    (name,) = payload["results"]
+    mid = payload["results"][name]
+    assert set(mid["paths"]) == {"raw", "same_argv", "tool", "unconfined", "gate"}
+    assert mid["check"]["total_matches"] > 0
