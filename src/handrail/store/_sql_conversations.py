@@ -7,19 +7,17 @@ new count in one transaction. Never reads what a turn's text means.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from handrail.conversations import ConversationRecord, check_turns
 from handrail.errors import StoreError
 from handrail.store._rows import aware, utc
+from handrail.store._sql_part import SqlPart
 from handrail.store._tables import conversation_turns, conversations
-
-if TYPE_CHECKING:
-    from handrail.store._statements import Statements
 
 __all__ = ["SqlConversations"]
 
@@ -77,29 +75,8 @@ def _record(row: sa.RowMapping) -> ConversationRecord:
     )
 
 
-class SqlConversations:
+class SqlConversations(SqlPart):
     """The conversation methods of `SqlStore` (a mixin over its engine and helpers)."""
-
-    _engine: sa.Engine
-    _sql: Statements
-
-    if TYPE_CHECKING:
-
-        def _write(
-            self,
-            what: str,
-            work: Callable[[sa.Connection], T],
-            connection: sa.Connection | None,
-            *,
-            single: bool = False,
-        ) -> T: ...
-
-        def _read(
-            self,
-            what: str,
-            work: Callable[[sa.Connection], T],
-            connection: sa.Connection | None,
-        ) -> T: ...
 
     def insert_conversation(self, record: ConversationRecord) -> bool:
         """Insert unless the id exists: INSERT ... ON CONFLICT DO NOTHING; no turns yet."""

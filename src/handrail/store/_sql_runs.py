@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from handrail.errors import StoreError
 from handrail.runs import RunRecord, RunState, check_entries, check_successor
 from handrail.store._rows import run_of, run_row, utc
+from handrail.store._sql_part import SqlPart
 from handrail.store._statements import SELECT_RUN, UPDATE_RUN
 from handrail.store._tables import run_entries, runs
-
-if TYPE_CHECKING:
-    from handrail.store._statements import Statements
 
 __all__ = ["SqlRuns"]
 
@@ -45,29 +43,8 @@ def _entry_rows(run_id: str, version: int, entries: Sequence[str]) -> list[dict[
     ]
 
 
-class SqlRuns:
+class SqlRuns(SqlPart):
     """The run methods of `SqlStore` (a mixin over its engine and helpers)."""
-
-    _engine: sa.Engine
-    _sql: Statements
-
-    if TYPE_CHECKING:
-
-        def _write(
-            self,
-            what: str,
-            work: Callable[[sa.Connection], T],
-            connection: sa.Connection | None,
-            *,
-            single: bool = False,
-        ) -> T: ...
-
-        def _read(
-            self,
-            what: str,
-            work: Callable[[sa.Connection], T],
-            connection: sa.Connection | None,
-        ) -> T: ...
 
     def insert_run(self, record: RunRecord) -> bool:
         """Insert unless the id exists (ON CONFLICT DO NOTHING), then its entries."""
