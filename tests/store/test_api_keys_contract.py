@@ -99,7 +99,7 @@ def test_the_record_refuses_what_no_store_keeps() -> None:
     with pytest.raises(ValueError, match="key id"):
         _key(key_id="XYZ")
     with pytest.raises(ValueError, match="hash"):
-        _key(secret_hash="nothex")
+        _key(secret_hash="nothex")  # noqa: S106 - not a secret
     with pytest.raises(ValueError, match="timezone"):
         _key(created_at=datetime(2026, 1, 1))  # noqa: DTZ001 - the naive time refused
     with pytest.raises(ValueError, match="at most"):
