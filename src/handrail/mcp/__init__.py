@@ -1,0 +1,1 @@
+"""Handrail over MCP (placeholder until the serve core lands; helper A owns this file)."""
