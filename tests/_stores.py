@@ -38,6 +38,7 @@ STORE_TABLES = (
     "run_entries",
     "conversations",
     "conversation_turns",
+    "api_keys",
 )
 
 RACE_TIMEOUT_S = 60.0
