@@ -12,8 +12,9 @@ official SDK client (`mcp.Client.call_tool`), over two transports:
 
 Transports: the SDK's in-memory transport (JSON-RPC over memory streams, one event loop)
 and Streamable HTTP to uvicorn on 127.0.0.1 (server and client share the loop, so the
-client's own cost is in every path alike). Over HTTP Handrail's server runs without a
-bearer-token layer unless `handrail.mcp.http` exists (helper B's branch); see the notes.
+client's own cost is in every path alike). Over HTTP Handrail's server is what
+`handrail mcp serve --http` runs: Host/Origin checks and an API-key bearer token
+verified against the store on every request; the bare servers have no authentication.
 
 Method: a check and a warm-up per path, then K rounds of N sequential calls per path,
 interleaved with the order rotated each round (bench/_measure.py). Reported per path:
@@ -32,11 +33,12 @@ import json
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pydantic
 import uvicorn
@@ -48,14 +50,19 @@ from _measure import (
     summary,
     table,
 )
-from mcp import Client
 from mcp.client._memory import InMemoryTransport
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from handrail import Handrail, Principal, RiskLevel, tool
+from handrail.api_keys import ApiKeys
+from handrail.mcp import GatedServer, fixed_principal
+from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
+from handrail.mcp.http import http_app
+from mcp import Client
 
 TOOL = "bench.echo"
 ARGS = {"x": 7}
@@ -140,15 +147,23 @@ PRINCIPAL = Principal(user_id="bench", tenant_id="t1")
 
 
 @contextlib.asynccontextmanager
-async def handrail_server() -> AsyncIterator[Server[Any]]:
-    """GatedServer over a memory-store app with the echo tool, for one fixed principal."""
-    from handrail.mcp import GatedServer, fixed_principal  # helper A's seam
-
+async def handrail_app() -> AsyncIterator[Handrail]:
+    """A memory-store application with the echo tool (audit on, as by default)."""
     app = Handrail.open("memory://", registry=[echo])
     try:
-        yield GatedServer(app, principal=fixed_principal(PRINCIPAL)).lowlevel
+        yield app
     finally:
         await app.aclose()
+
+
+@contextlib.asynccontextmanager
+async def handrail_server(app: Handrail) -> AsyncIterator[Server[Any]]:
+    """GatedServer over `app` for one fixed principal (as over stdio)."""
+    served = GatedServer(app, principal=fixed_principal(PRINCIPAL))
+    try:
+        yield served.lowlevel
+    finally:
+        served.close()
 
 
 # --- transports -------------------------------------------------------------------------------
@@ -161,27 +176,36 @@ async def over_memory(server: Server[Any]) -> AsyncIterator[Client]:
         yield client
 
 
+AppAt = Callable[[str], Starlette]
+"""Builds the Starlette app that will be reached at the given URL."""
+
+
 @contextlib.asynccontextmanager
-async def over_http(app: Starlette) -> AsyncIterator[Client]:
-    """A connected client over Streamable HTTP to `app` in uvicorn on 127.0.0.1.
+async def over_http(app_at: AppAt, token: str | None = None) -> AsyncIterator[Client]:
+    """A connected client over Streamable HTTP to the app in uvicorn on 127.0.0.1.
 
     The socket listens before uvicorn starts, so the client's first request waits in the
-    backlog until the server (and its session manager) is up: no polling.
+    backlog until the server (and its session manager) is up: no polling. `token` is sent
+    as the bearer token on every request.
     """
     # proto=IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections; without
     # it Nagle meets delayed ACK and every call takes ~40 ms.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    config = uvicorn.Config(app_at(url), log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     try:
-        async with Client(
-            f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=START_TIMEOUT_S
-        ) as client:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=START_TIMEOUT_S) as http,
+            Client(
+                streamable_http_client(url, http_client=http),
+                read_timeout_seconds=START_TIMEOUT_S,
+            ) as client,
+        ):
             yield client
     finally:
         server.should_exit = True
@@ -189,15 +213,29 @@ async def over_http(app: Starlette) -> AsyncIterator[Client]:
         sock.close()
 
 
-def http_app(server: Server[Any], name: str) -> tuple[Starlette, str | None]:
-    """The Streamable HTTP app of `server`; Handrail's with its HTTP layer when it exists."""
-    if name == HANDRAIL:
-        try:
-            import handrail.mcp.http  # noqa: F401 - helper B's layer
-        except ImportError:
-            note = "handrail over HTTP without bearer-token auth (handrail.mcp.http absent)"
-            return server.streamable_http_app(), note
-    return server.streamable_http_app(), None
+def bare_http(name: str) -> AppAt:
+    """A fresh bare server's Streamable HTTP app (no authentication: it is bare)."""
+    server = bare_lowlevel() if name == BARE_LOWLEVEL else bare_mcpserver()
+    return lambda _url: server.streamable_http_app()
+
+
+@contextlib.asynccontextmanager
+async def handrail_http(app: Handrail) -> AsyncIterator[tuple[AppAt, str]]:
+    """Handrail's HTTP app (Host/Origin checks, API-key bearer auth), and a key for it.
+
+    The principal of each request is the one its API key is bound to.
+    """
+    keys = ApiKeys(app.store, audit=None)
+    token = keys.create(PRINCIPAL, label="bench").key
+    served = GatedServer(app, principal=principal_from_request)
+
+    def app_at(url: str) -> Starlette:
+        return http_app(served, ApiKeyAuthenticator(keys), resource_url=url)
+
+    try:
+        yield app_at, token
+    finally:
+        served.close()
 
 
 # --- cases ------------------------------------------------------------------------------------
@@ -241,31 +279,25 @@ async def _calls(client: Client, calls: int) -> None:
         await client.call_tool(TOOL, ARGS)
 
 
-async def measure(rounds: int, calls: int, warmup: int) -> tuple[list[Case], list[str]]:
+async def measure(rounds: int, calls: int, warmup: int) -> list[Case]:
     """Open every path, then take interleaved rounds; the cases carry their samples."""
-    notes: list[str] = []
     cases: list[Case] = []
     async with contextlib.AsyncExitStack() as stack:
-        servers: dict[str, Server[Any]] = {
+        app = await stack.enter_async_context(handrail_app())
+        memory: dict[str, Server[Any]] = {
             BARE_LOWLEVEL: bare_lowlevel(),
             BARE_MCPSERVER: bare_mcpserver(),
+            HANDRAIL: await stack.enter_async_context(handrail_server(app)),
         }
-        try:
-            servers[HANDRAIL] = await stack.enter_async_context(handrail_server())
-        except ImportError as exc:
-            notes.append(f"handrail skipped: {exc} (GatedServer not available)")
-        for transport in TRANSPORTS:
-            for name, server in servers.items():
-                if transport == "memory":
-                    client = await stack.enter_async_context(over_memory(server))
-                else:
-                    # One HTTP app per server object: build a fresh server for each.
-                    fresh = server if name == HANDRAIL else _fresh(name)
-                    app, note = http_app(fresh, name)
-                    if note:
-                        notes.append(note)
-                    client = await stack.enter_async_context(over_http(app))
-                cases.append(Case(transport=transport, server=name, client=client))
+        for name, server in memory.items():
+            client = await stack.enter_async_context(over_memory(server))
+            cases.append(Case(transport="memory", server=name, client=client))
+        for name in (BARE_LOWLEVEL, BARE_MCPSERVER):
+            client = await stack.enter_async_context(over_http(bare_http(name)))
+            cases.append(Case(transport="http", server=name, client=client))
+        app_at, token = await stack.enter_async_context(handrail_http(app))
+        client = await stack.enter_async_context(over_http(app_at, token))
+        cases.append(Case(transport="http", server=HANDRAIL, client=client))
 
         async def prepare(case: Case) -> None:
             await check(case)
@@ -276,11 +308,7 @@ async def measure(rounds: int, calls: int, warmup: int) -> tuple[list[Case], lis
             case.samples.append(spent / calls / 1000)
 
         await interleaved(cases, rounds=rounds, prepare=prepare, sample=sample)
-    return cases, notes
-
-
-def _fresh(name: str) -> Server[Any]:
-    return bare_lowlevel() if name == BARE_LOWLEVEL else bare_mcpserver()
+    return cases
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -335,17 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, metavar="PATH")
     args = parser.parse_args(argv)
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    cases, notes = asyncio.run(measure(args.rounds, args.calls, args.warmup))
+    cases = asyncio.run(measure(args.rounds, args.calls, args.warmup))
     found = results(cases)
     print(report(found, args.rounds, args.calls))
-    for note in notes:
-        print(f"note: {note}")
     if args.json:
         settings = {"rounds": args.rounds, "calls": args.calls, "warmup": args.warmup}
         payload = {
             "environment": environment_facts(settings, ["mcp", "uvicorn", "pydantic"]),
             "results": found,
-            "notes": notes,
         }
         args.json.write_text(json.dumps(payload, indent=2))
     return 0
