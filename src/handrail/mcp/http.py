@@ -140,7 +140,7 @@ def uvicorn_server(
     host: str = "127.0.0.1",
     port: int = 8000,
     log_level: str = "warning",
-    graceful_seconds: float = 10.0,
+    graceful_seconds: int = 10,
 ) -> uvicorn.Server:
     """A uvicorn server for `app` (not started): `await server.serve(sockets=...)` runs it.
 
