@@ -135,13 +135,27 @@ class _HostOriginGuard:
 
 
 def uvicorn_server(
-    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning"
+    app: ASGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    graceful_seconds: int = 10,
 ) -> uvicorn.Server:
-    """A uvicorn server for `app` (not started): `await server.serve(sockets=...)` runs it."""
+    """A uvicorn server for `app` (not started): `await server.serve(sockets=...)` runs it.
+
+    On shutdown, open streams get `graceful_seconds` to finish before they are closed.
+    """
     import uvicorn  # noqa: PLC0415 - only when serving
 
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=graceful_seconds,
     )
     return uvicorn.Server(config)
 
