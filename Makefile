@@ -60,10 +60,11 @@ system-packages:
 	  else echo "warning: missing$$missing; install ripgrep and bubblewrap (their tests will skip)"; fi; \
 	fi
 
-# The MCP Inspector CLI and the reference MCP servers the MCP tests drive, pinned in
-# mcp-tools/package-lock.json and installed exactly (`npm ci`) into .tools/npm; the stamp
-# makes a re-run a no-op until the lock changes. Without npm their tests skip with a
-# reason, except under CI=true, where they fail.
+# The MCP Inspector's CLI (@modelcontextprotocol/inspector-cli: what `inspector --cli`
+# runs; the newest that runs on Node 20 on its own) and the reference MCP servers the MCP
+# tests drive, pinned in mcp-tools/package-lock.json and installed exactly (`npm ci`)
+# into .tools/npm; the stamp makes a re-run a no-op until the lock changes. Without npm
+# their tests skip with a reason, except under CI=true, where they fail.
 NPM_DIR := $(TOOLS)/npm
 NPM_STAMP := $(NPM_DIR)/.installed
 $(NPM_STAMP): mcp-tools/package.json mcp-tools/package-lock.json

@@ -18,7 +18,7 @@ NPM_BIN = Path(__file__).resolve().parent.parent / ".tools" / "npm" / "node_modu
 
 
 def npm_program(name: str) -> Path:
-    """The installed launcher of `name` (e.g. "mcp-inspector", "mcp-server-everything")."""
+    """The installed launcher of `name` (e.g. "mcp-inspector-cli", "mcp-server-everything")."""
     path = NPM_BIN / name
     if shutil.which("node") is None:
         reason = "Node.js (node) is not installed"
