@@ -25,9 +25,9 @@ from typing import Any, cast
 import httpx2
 import mcp_types as types
 import pytest
-from _mcp_counting import RUNS_ENV, tools
 from starlette.types import ASGIApp
 
+from _mcp_counting import RUNS_ENV, tools
 from _mcp_http import WAIT_S, client, running
 from handrail import ErrorCode, Handrail, Principal, Registry, WriteRefusedError
 from handrail.api_keys import ApiKeys
@@ -46,6 +46,7 @@ MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 HUGE = 2 << 20
 """A 2 MiB argument: over the gate's 1 MiB bound for a call's arguments."""
 HANDRAIL = Path(sys.executable).parent / "handrail"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -256,20 +257,17 @@ class RawStdio:
 async def raw_stdio(tmp_path: Path) -> AsyncIterator[tuple[RawStdio, Path]]:
     record = tmp_path / "runs.txt"
     record.touch()
-    env = {
-        **os.environ,
-        RUNS_ENV: str(record),
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-    }
+    env = {**os.environ, RUNS_ENV: str(record)}
     stderr = (tmp_path / "stderr.txt").open("wb")
     process = await asyncio.create_subprocess_exec(
         str(HANDRAIL),
-        *("mcp", "serve", "--app", "_mcp_counting:build", "--store", MEMORY),
+        *("mcp", "serve", "--app", "tests._mcp_counting:build", "--store", MEMORY),
         *("--tenant", "acme", "--user", "alice"),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
         env=env,
+        cwd=ROOT,
         limit=HUGE * 2,
     )
     raw = RawStdio(process)

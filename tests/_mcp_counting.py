@@ -1,7 +1,7 @@
 """A counting application for the MCP protocol attacks, in-process or behind stdio.
 
 Every tool run is recorded: in-process into a list the test holds, in a subprocess
-(`handrail mcp serve --app tests.adversarial._mcp_counting:build`) as one line per run
+(`handrail mcp serve --app tests._mcp_counting:build`) as one line per run
 appended to the file named by HANDRAIL_TEST_RUNS. An attack proves that nothing ran
 by reading the record.
 """
