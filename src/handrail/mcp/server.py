@@ -95,8 +95,11 @@ class GatedServer:
     HTTP the authenticated caller). `confirm_url(plan_id)` is the address of the
     application's confirmation page for a plan; when given, a client that supports
     URL-mode elicitation is offered it for a write that needs confirmation (the
-    answer never carries a token either way). `new_id` draws the unique part of each
-    call id (a random uuid by default); `marker` marks result text as data.
+    answer never carries a token either way). `command_id(ctx)` gives the host's id
+    of the user's intent behind a request, the key of an unconfirmed COMMAND_ID write
+    (never read from the arguments, which the model writes); without it such writes
+    are refused RISK_BLOCKED. `new_id` draws the unique part of each call id (a random
+    uuid by default); `marker` marks result text as data.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class GatedServer:
         principal: PrincipalSource,
         name: str = "handrail",
         confirm_url: Callable[[str], str] | None = None,
+        command_id: Callable[[ServerRequestContext[Any]], str | None] | None = None,
         version: str = "",
         instructions: str | None = MODEL_INSTRUCTIONS,
         new_id: Callable[[], str] | None = None,
@@ -115,6 +119,7 @@ class GatedServer:
         self._app = app
         self._principal = principal
         self._confirm_url = confirm_url
+        self._command_id = command_id
         self._new_id = new_id or _uuid
         self._marker = marker or DataMarker()
         self._elicitation_timeout = elicitation_timeout
@@ -126,7 +131,7 @@ class GatedServer:
             instructions=instructions,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_subscriptions_listen=self._listen,
+            on_subscriptions_listen=self._subscriptions_listen,
         )
         self._server.add_notification_handler(
             "notifications/initialized",
@@ -206,7 +211,12 @@ class GatedServer:
         async with AsyncExitStack() as stack:
             if progress_token_from_params(ctx.params) is not None:
                 stack.enter_context(reporting_progress(_progress_to(ctx)))
-            envelope = await self._app.gate.handle(call, principal, exposure=exposure)
+            envelope = await self._app.gate.handle(
+                call,
+                principal,
+                exposure=exposure,
+                command_id=None if self._command_id is None else self._command_id(ctx),
+            )
         if envelope.error_type in _CONFIRMATION_CODES:
             await self._offer_confirmation(ctx, envelope)
         return call_result(envelope, self._marker)
@@ -251,6 +261,15 @@ class GatedServer:
                 return
 
     # --- list_changed ----------------------------------------------------------------------------
+
+    async def _subscriptions_listen(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.SubscriptionsListenRequestParams,
+    ) -> types.SubscriptionsListenResult:
+        """A 2026-era client's stream of change events, served by the SDK's handler."""
+        self._loops.add(asyncio.get_running_loop())
+        return await self._listen(ctx, params)
 
     async def _initialized(
         self,
