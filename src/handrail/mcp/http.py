@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -76,16 +77,21 @@ def http_app(
         allowed_hosts=list(allowed_hosts) if allowed_hosts is not None else _hosts_of(parts),
         allowed_origins=list(allowed_origins),
     )
+    try:
+        auth = AuthSettings(
+            issuer_url=authorization_server or resource_url,
+            resource_server_url=resource_url,
+            validate_token_resource=True,
+        )
+    except ValueError as exc:  # pydantic's ValidationError
+        msg = f"the resource URL and the authorization server must be http(s) URLs: {exc}"
+        raise ConfigurationError(msg) from None
     app = lowlevel.streamable_http_app(
         streamable_http_path=parts.path,
         json_response=json_response,
         transport_security=security,
         host=host,
-        auth=AuthSettings(
-            issuer_url=authorization_server or resource_url,
-            resource_server_url=resource_url,
-            validate_token_resource=True,
-        ),
+        auth=auth,
         token_verifier=AuthenticatorVerifier(authenticator, resource_url=resource_url),
     )
     # Outermost: Host and Origin are refused before any token is looked at.
@@ -172,11 +178,14 @@ async def serve_http(
     authorization_server: str | None = None,
     sock: socket.socket | None = None,
     log_level: str = "warning",
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve over Streamable HTTP until interrupted; 127.0.0.1 unless `host` says otherwise.
 
     `sock` is an already bound socket to serve on (its port then wins over `port`).
-    `resource_url` defaults to http://host:port/mcp.
+    `resource_url` defaults to http://host:port/mcp. `on_shutdown` runs once the last
+    connection is closed, inside the server's lifespan: uvicorn re-raises the signal
+    that stopped it only after that, so the work is not cut short.
     """
     if sock is not None:
         host, port = sock.getsockname()[:2]
@@ -190,5 +199,22 @@ async def serve_http(
         allowed_origins=allowed_origins,
         authorization_server=authorization_server,
     )
+    if on_shutdown is not None:
+        app.router.lifespan_context = _then(app.router.lifespan_context, on_shutdown)
     runner = uvicorn_server(app, host=host, port=port, log_level=log_level)
     await runner.serve(sockets=None if sock is None else [sock])
+
+
+def _then(
+    lifespan: Callable[[Any], AbstractAsyncContextManager[Any]],
+    shutdown: Callable[[], Awaitable[None]],
+) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    @asynccontextmanager
+    async def wrapped(app: Any) -> AsyncIterator[Any]:  # noqa: ANN401 - Starlette's lifespan
+        try:
+            async with lifespan(app) as state:
+                yield state
+        finally:
+            await shutdown()
+
+    return wrapped
