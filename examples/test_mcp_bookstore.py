@@ -5,16 +5,23 @@ serve` over stdio with the official SDK, for each sample tenant: it is offered t
 three readable tools (never the forbidden one), finds its own tenant's book and stock,
 and is refused another tenant in its arguments and another tenant's order. Every call
 is in the store's audit trail under the server's tenant. The sample `mcp.json`, with its
-placeholders filled in, starts the same server for the MCP Inspector's CLI (skipped
-without the npm tools, except under CI=true).
+placeholders filled in, starts the same server for the MCP Inspector's CLI, and the
+README's HTTP commands (`handrail keys create`, `handrail mcp serve --http`) serve it to
+the Inspector with that key as bearer token (skipped without the npm tools, except
+under CI=true).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +107,102 @@ def test_the_sample_client_configuration_starts_the_server_for_the_inspector(
     )
     assert done.returncode == 0, done.stderr
     assert sorted(t["name"] for t in json.loads(done.stdout)["tools"]) == READABLE
+
+
+def _handrail(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own command with fixed arguments
+        [str(Path(sys.executable).parent / "handrail"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_BOUND,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+@contextmanager
+def _serving_http(work: Path, env: dict[str, str]) -> Iterator[str]:
+    """`handrail mcp serve --http 127.0.0.1:0` for the bookstore; yields its URL."""
+    command = [str(Path(sys.executable).parent / "handrail"), "mcp", "serve"]
+    command += ["--app", "examples.mcp_bookstore.server:build_app"]
+    command += ["--store", str(work / "mcp-bookstore.db"), "--keyring", str(work / "keys.txt")]
+    command += ["--http", "127.0.0.1:0"]
+    process = subprocess.Popen(  # noqa: S603 - our own command with fixed arguments
+        command,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stderr is not None
+    stderr = process.stderr
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        first = lines.get(timeout=SUBPROCESS_BOUND)
+        assert first.startswith("handrail: serving MCP on http://127.0.0.1:"), first
+        yield first.rsplit(" ", 1)[1].strip()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(SUBPROCESS_BOUND)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(SUBPROCESS_BOUND)
+        reader.join(SUBPROCESS_BOUND)
+        stderr.close()
+
+
+def test_the_readme_http_commands_serve_the_inspector_with_a_key(tmp_path: Path) -> None:
+    inspector = npm_program("mcp-inspector-cli")
+    (tmp_path / "keys.txt").write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    env = {"PATH": os.environ.get("PATH", ""), "BOOKSTORE_DB": str(tmp_path / "bookstore.db")}
+    created = _handrail(
+        *("keys", "create", "--store", str(tmp_path / "mcp-bookstore.db")),
+        *("--tenant", "globex", "--user", "gina", "-p", "inventory.read"),
+        env=env,
+    )
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    with _serving_http(tmp_path, env) as url:
+        config = tmp_path / "mcp.json"
+        entry = {"type": "streamable-http", "url": url}
+        config.write_text(json.dumps({"mcpServers": {"bookstore-http": entry}}), encoding="utf-8")
+        base = [str(inspector), "--cli", "--config", str(config), "--server", "bookstore-http"]
+        bearer = ["--header", f"Authorization: Bearer {key}"]
+        search = ["--tool-name", "bookstore.search_books", "--tool-arg", "query=Darwin"]
+        runs = [
+            subprocess.run(  # noqa: S603 - our own pinned program, fixed arguments
+                [*base, *headers, "--method", *method],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=SUBPROCESS_BOUND,
+                check=False,
+            )
+            for headers, method in [
+                (bearer, ["tools/list"]),
+                (bearer, ["tools/call", *search]),
+                ([], ["tools/list"]),
+            ]
+        ]
+    listed, called, refused = runs
+    assert listed.returncode == 0, listed.stderr
+    names = sorted(t["name"] for t in json.loads(listed.stdout)["tools"])
+    assert names == ["bookstore.check_inventory", "bookstore.search_books"]
+    assert called.returncode == 0, called.stderr
+    found = json.loads(called.stdout)["structuredContent"]["data"]
+    assert [book["title"] for book in found] == [DARWIN["globex"]]
+    assert refused.returncode != 0
