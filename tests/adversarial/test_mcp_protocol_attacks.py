@@ -105,7 +105,8 @@ async def test_a_tool_not_exposed_answers_like_a_missing_one_and_never_runs(
     assert missing.is_error
     assert _structured(hidden)["error_type"] == ErrorCode.UNKNOWN_TOOL.value
     assert _structured(hidden)["summary"] == _structured(missing)["summary"]
-    assert "42" not in _text(hidden)
+    assert _structured(hidden)["data"] is None
+    assert "figure" not in _text(hidden)
     assert runs == ["lab.count"]
     assert not after.is_error
 
