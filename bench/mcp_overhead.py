@@ -8,7 +8,9 @@ official SDK client (`mcp.Client.call_tool`), over two transports:
 - `bare-mcpserver`: the SDK's `MCPServer` with `@tool()` (its own validation and output);
 - `handrail`: `GatedServer` over a `Handrail.open("memory://")` app: lookup, the four
   checks, the risk decision, a deadline, shaping, the marked envelope and an audit event
-  for every stage (into the memory store).
+  for every stage (into the memory store, as `open` does by default);
+- `handrail-audit-off`: the same with `audit=False`, to tell the cost of the audit trail
+  from the cost of the gate and the MCP mapping.
 
 Transports: the SDK's in-memory transport (JSON-RPC over memory streams, one event loop)
 and Streamable HTTP to uvicorn on 127.0.0.1 (server and client share the loop, so the
@@ -70,7 +72,8 @@ RESULT = {"x": 7}
 BARE_LOWLEVEL = "bare-lowlevel"
 BARE_MCPSERVER = "bare-mcpserver"
 HANDRAIL = "handrail"
-SERVERS = (BARE_LOWLEVEL, BARE_MCPSERVER, HANDRAIL)
+HANDRAIL_NO_AUDIT = "handrail-audit-off"
+SERVERS = (BARE_LOWLEVEL, BARE_MCPSERVER, HANDRAIL, HANDRAIL_NO_AUDIT)
 TRANSPORTS = ("memory", "http")
 START_TIMEOUT_S = 60.0
 """Bound on connecting to a server (a bug, never a measurement, trips it)."""
@@ -147,9 +150,9 @@ PRINCIPAL = Principal(user_id="bench", tenant_id="t1")
 
 
 @contextlib.asynccontextmanager
-async def handrail_app() -> AsyncIterator[Handrail]:
-    """A memory-store application with the echo tool (audit on, as by default)."""
-    app = Handrail.open("memory://", registry=[echo])
+async def handrail_app(*, audit: bool = True) -> AsyncIterator[Handrail]:
+    """A memory-store application with the echo tool (audit on, as by default, or off)."""
+    app = Handrail.open("memory://", registry=[echo], audit=audit)
     try:
         yield app
     finally:
@@ -259,7 +262,7 @@ class Case:
 def _data(result: types.CallToolResult, server: str) -> object:
     """What the call returned: the envelope's data for Handrail, the result otherwise."""
     content = result.structured_content or {}
-    if server == HANDRAIL:
+    if server in {HANDRAIL, HANDRAIL_NO_AUDIT}:
         return content.get("data")
     return content.get("result", content) if server == BARE_MCPSERVER else content
 
@@ -283,11 +286,17 @@ async def measure(rounds: int, calls: int, warmup: int) -> list[Case]:
     """Open every path, then take interleaved rounds; the cases carry their samples."""
     cases: list[Case] = []
     async with contextlib.AsyncExitStack() as stack:
-        app = await stack.enter_async_context(handrail_app())
+        apps = {
+            HANDRAIL: await stack.enter_async_context(handrail_app()),
+            HANDRAIL_NO_AUDIT: await stack.enter_async_context(handrail_app(audit=False)),
+        }
         memory: dict[str, Server[Any]] = {
             BARE_LOWLEVEL: bare_lowlevel(),
             BARE_MCPSERVER: bare_mcpserver(),
-            HANDRAIL: await stack.enter_async_context(handrail_server(app)),
+            **{
+                name: await stack.enter_async_context(handrail_server(app))
+                for name, app in apps.items()
+            },
         }
         for name, server in memory.items():
             client = await stack.enter_async_context(over_memory(server))
@@ -295,9 +304,10 @@ async def measure(rounds: int, calls: int, warmup: int) -> list[Case]:
         for name in (BARE_LOWLEVEL, BARE_MCPSERVER):
             client = await stack.enter_async_context(over_http(bare_http(name)))
             cases.append(Case(transport="http", server=name, client=client))
-        app_at, token = await stack.enter_async_context(handrail_http(app))
-        client = await stack.enter_async_context(over_http(app_at, token))
-        cases.append(Case(transport="http", server=HANDRAIL, client=client))
+        for name, app in apps.items():
+            app_at, token = await stack.enter_async_context(handrail_http(app))
+            client = await stack.enter_async_context(over_http(app_at, token))
+            cases.append(Case(transport="http", server=name, client=client))
 
         async def prepare(case: Case) -> None:
             await check(case)

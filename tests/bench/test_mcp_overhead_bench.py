@@ -20,7 +20,7 @@ def test_every_path_is_checked_measured_and_reported(
     args = ["--rounds", "1", "--calls", "2", "--warmup", "1", "--json", str(out)]
     assert module.main(args) == 0
     payload = json.loads(out.read_text())
-    servers = {"bare-lowlevel", "bare-mcpserver", "handrail"}
+    servers = {"bare-lowlevel", "bare-mcpserver", "handrail", "handrail-audit-off"}
     for transport in ("memory", "http"):
         rows = payload["results"][transport]
         assert set(rows) == servers
