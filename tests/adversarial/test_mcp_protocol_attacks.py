@@ -6,8 +6,9 @@ confirmation replayed through MCP after Handrail's own confirm path executed the
 Over stdio (`handrail mcp serve`, raw JSON lines written to its stdin): unparsable
 lines, invalid UTF-8, batches, wrong versions, unknown methods and notifications,
 invalid params, a 2 MiB line, then the same gated attacks; the connection keeps
-serving throughout. Over Streamable HTTP: malformed, oversized and unknown requests
-while another client's session keeps working. Every tool records its runs (a list
+serving throughout. Over Streamable HTTP: a garbled body, an 8 MiB body, a batch and a
+forged session id, and another session calling a hidden tool and forging identity,
+while a third client's session keeps working. Every tool records its runs (a list
 in-process, a file behind stdio), so "nothing ran" is read, not assumed.
 """
 
@@ -376,11 +377,24 @@ async def test_malformed_and_oversized_http_requests_leave_other_sessions_servin
                 garbled = await http.post(url, content=b"{not json")
                 oversized = await http.post(url, content=b'{"x":"' + b"x" * (8 << 20) + b'"}')
                 batch = await http.post(url, content=b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+                forged_session = await http.post(
+                    url,
+                    content=b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}',
+                    headers={"Mcp-Session-Id": "0" * 32},
+                )
+            async with client(served.resource_url, token) as attacker:
+                hidden = await attacker.call_tool("lab.secret", {})
+                forged = await attacker.call_tool("lab.whoami", {"tenant": "globex"})
             after = await victim.call_tool("lab.count", {"note": "after"})
     assert garbled.status_code == 400
     assert garbled.json()["error"]["code"] == types.PARSE_ERROR
     assert oversized.status_code == 413
-    assert 400 <= batch.status_code < 500
+    assert batch.status_code == 400
+    assert "error" in batch.json()
+    assert forged_session.status_code == 404
+    assert forged_session.json()["error"]["code"] == types.INVALID_REQUEST
+    assert _structured(hidden)["error_type"] == ErrorCode.UNKNOWN_TOOL.value
+    assert _structured(forged)["error_type"] == ErrorCode.INVALID_ARGUMENTS.value
     assert not before.is_error
     assert not after.is_error
     assert runs == ["lab.count", "lab.count"]
