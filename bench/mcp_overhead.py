@@ -1,6 +1,6 @@
 """Per-call cost of a tool call through Handrail's MCP server, against bare `mcp` SDK servers.
 
-The same read tool, `bench.echo(x: int) -> {"x": x}`, served three ways and called by the
+The same read tool, `bench.echo(x: int) -> {"x": x}`, served four ways and called by the
 official SDK client (`mcp.Client.call_tool`), over two transports:
 
 - `bare-lowlevel`: the SDK's lowlevel `Server` with hand-written list/call handlers that
