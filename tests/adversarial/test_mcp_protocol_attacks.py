@@ -4,9 +4,11 @@ In-process (the SDK client, both protocol eras): a tool not exposed to this prin
 identity in the arguments or in `_meta`, oversized and deeply nested arguments, and a
 confirmation replayed through MCP after Handrail's own confirm path executed the plan.
 Over stdio (`handrail mcp serve`, raw JSON lines written to its stdin): unparsable
-lines, invalid UTF-8, batches, wrong versions, unknown methods and notifications,
+lines, invalid UTF-8, a lone surrogate, batches, wrong versions, unknown methods and
+notifications, arguments that are not an object, a 100 000-character tool name,
 invalid params, a 2 MiB line, then the same gated attacks; the connection keeps
-serving throughout. Over Streamable HTTP: a garbled body, an 8 MiB body, a batch and a
+serving throughout. (Lines the SDK cannot parse get no answer at all: it drops them,
+even when they carry an id, so a client waits for its own timeout.) Over Streamable HTTP: a garbled body, an 8 MiB body, a batch and a
 forged session id, and another session calling a hidden tool and forging identity,
 while a third client's session keeps working. Every tool records its runs (a list
 in-process, a file behind stdio), so "nothing ran" is read, not assumed.
@@ -322,6 +324,9 @@ async def test_raw_hostile_lines_over_stdio_get_their_answers_and_the_server_kee
             '{"jsonrpc":"2.0","id":93}',
             '{"jsonrpc":"2.0","method":"notifications/no_such_thing"}',
             '{"jsonrpc":"2.0","id":94,"result":{}}',
+            '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":77}}',
+            # A lone surrogate is legal JSON text but not Unicode: the SDK drops the line.
+            '{"jsonrpc":"2.0","id":95,"method":"tools/call","params":{"name":"lab.\\ud800"}}',
             "",
         ]
         for junk in junk_lines:
@@ -332,6 +337,13 @@ async def test_raw_hostile_lines_over_stdio_get_their_answers_and_the_server_kee
         assert unknown["error"]["code"] == types.METHOD_NOT_FOUND
         invalid = await raw.request(4, "tools/call", {"name": 5})
         assert invalid["error"]["code"] == types.INVALID_PARAMS
+        for ident, arguments in [(41, "oops"), (42, [1, 2])]:
+            params = {"name": "lab.count", "arguments": arguments}
+            bad = await raw.request(ident, "tools/call", params)
+            assert bad["error"]["code"] == types.INVALID_PARAMS
+        long_name = await raw.request(43, "tools/call", _call("lab." + "a" * 100_000, {}))
+        assert _error_type(long_name) == ErrorCode.UNKNOWN_TOOL.value
+        assert len(json.dumps(long_name)) < 8_000
 
         huge = await raw.request(5, "tools/call", _call("lab.count", {"note": "x" * HUGE}))
         assert _error_type(huge) == ErrorCode.INVALID_ARGUMENTS.value
