@@ -16,6 +16,7 @@ elicitation offering the application's confirmation page where the client suppor
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
@@ -146,6 +147,7 @@ class GatedServer:
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._tasks: set[asyncio.Task[None]] = set()
         # Exposure of each (tenant, permissions), valid for one registry generation.
+        self._generations = itertools.count(1)
         self._generation = 0
         self._exposures: dict[tuple[str, frozenset[str]], tuple[int, Exposure]] = {}
         self._unsubscribe = app.registry.subscribe(self._registry_changed)
@@ -287,7 +289,7 @@ class GatedServer:
     def _registry_changed(self, name: str) -> None:
         """A tool was registered or deregistered (any thread): forget exposures, tell clients."""
         del name
-        self._generation += 1
+        self._generation = next(self._generations)  # atomic, whichever thread changes it
         self._exposures.clear()
         for loop in list(self._loops):
             if not loop.is_closed():
