@@ -480,6 +480,15 @@ async def test_a_cancelled_external_write_ends_unknown_and_reconcilable_not_fail
     assert record.tool == "lib.hold_shelf"
 
 
+async def test_a_call_past_the_servers_budget_times_out_and_its_tool_is_stopped(
+    app: Handrail, watch: Watch
+) -> None:
+    async with Client(_server(app, timeout=0.01).lowlevel, mode="legacy") as client:
+        result = await client.call_tool("lib.slow_count", {"steps": 0})
+    assert _structured(result)["error_type"] == "TIMEOUT"
+    assert watch.cancelled.is_set()
+
+
 async def test_without_a_command_id_an_unconfirmed_write_is_refused(
     app: Handrail, watch: Watch
 ) -> None:
