@@ -395,6 +395,18 @@ async def test_a_retry_after_the_plan_was_rejected_says_it_closed(app: Handrail)
     assert "rejected" in _structured(result)["summary"]
 
 
+async def test_a_retry_whose_tool_is_gone_runs_nothing(app: Handrail) -> None:
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        offered = await _offered(client)
+        app.registry.deregister("lib.order_book")
+        assert offered.request_state is not None
+        result = await _retry(client, offered.request_state)
+    assert isinstance(result, types.CallToolResult)
+    assert _structured(result)["error_type"] == "PLAN_CLOSED"
+    assert len(app.store.list_plans(tenant_id="t1")) == 1
+
+
 async def test_a_sealed_state_is_bound_to_its_principal(app: Handrail) -> None:
     caller = [ALICE]
     server = GatedServer(
