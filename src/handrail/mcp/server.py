@@ -22,7 +22,7 @@ import os
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import nullcontext
 from typing import Any, Final, TypeAlias
 
 import anyio
@@ -242,9 +242,8 @@ class GatedServer:
                 await self._resumed(call, principal, params.request_state), self._marker
             )
         exposure = self._exposure(principal)
-        async with AsyncExitStack() as stack:
-            if progress_token_from_params(ctx.params) is not None:
-                stack.enter_context(reporting_progress(_progress_to(ctx)))
+        asked = progress_token_from_params(ctx.params) is not None
+        with reporting_progress(_progress_to(ctx)) if asked else nullcontext():
             envelope = await self._app.gate.handle(
                 call,
                 principal,
@@ -370,9 +369,15 @@ class GatedServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _send_list_changed(self, connections: list[Connection]) -> None:
-        await self._bus.publish(ToolsListChanged())
-        for connection in connections:
-            await connection.send_tool_list_changed()  # best effort: never raises
+        """One event on the listen bus, and one notification per connection, side by side.
+
+        Each is best effort (the SDK's notify never raises); a client that stopped
+        reading holds up only its own notification.
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._bus.publish, ToolsListChanged())
+            for connection in connections:
+                group.start_soon(connection.send_tool_list_changed)
 
 
 _MAX_EXPOSURES: Final = 1024
