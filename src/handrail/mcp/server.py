@@ -62,7 +62,6 @@ PROVIDER: Final = "mcp"
 _MAX_NAME: Final = 128
 _MAX_PROGRESS_MESSAGE: Final = 200
 _ELICITATION_TIMEOUT: Final = 300.0
-_CONFIRMATION_CODES: Final = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
 _OPEN_PLANS: Final = frozenset({PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION})
 _CONFIRM_MESSAGE: Final = (
     "A write was planned and needs your confirmation before it runs. Open the page to "
@@ -251,7 +250,8 @@ class GatedServer:
                 exposure=exposure,
                 command_id=None if self._command_id is None else self._command_id(ctx),
             )
-        if envelope.error_type in _CONFIRMATION_CODES:
+        # Only the requester's own confirmation: approvals are other people's to give.
+        if envelope.error_type is ErrorCode.NEEDS_CONFIRMATION:
             offer = await self._offer_confirmation(ctx, envelope)
             if offer is not None:
                 return offer
