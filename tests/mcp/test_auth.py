@@ -28,7 +28,6 @@ from pydantic import AnyHttpUrl
 from starlette.requests import HTTPConnection
 
 from _mcp_http import Signer
-from handrail.api_keys import ApiKeys
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.mcp.auth import (
@@ -40,6 +39,7 @@ from handrail.mcp.auth import (
     PrincipalToken,
     principal_from_request,
 )
+from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 from handrail.store import MemoryStore
 

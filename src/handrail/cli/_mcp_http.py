@@ -167,13 +167,13 @@ def http_settings(
 
 
 def _authenticator(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
-    from handrail.api_keys import ApiKeys  # noqa: PLC0415 - not for --help
     from handrail.mcp.auth import (  # noqa: PLC0415
         ApiKeyAuthenticator,
         ClaimsMapping,
         FirstOf,
         JwtAuthenticator,
     )
+    from handrail.mcp.keys import ApiKeys  # noqa: PLC0415 - not for --help
 
     found: list[Authenticator] = []
     if settings.api_keys:

@@ -25,9 +25,10 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from pydantic import ConfigDict, InstanceOf
 
-from handrail.api_keys import KEY_PREFIX, ApiKeys
+from handrail.api_keys import KEY_PREFIX
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ConfigurationError
+from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 
 __all__ = [
