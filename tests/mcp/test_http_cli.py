@@ -27,6 +27,8 @@ from typer.testing import CliRunner
 from _mcp_http import WAIT_S, client, text_of
 from handrail import Keyring
 from handrail.cli import app as cli_app
+from handrail.cli._common import CliError
+from handrail.cli._mcp_http import parse_address
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDRAIL = str(Path(sys.executable).parent / "handrail")
@@ -185,3 +187,13 @@ def test_a_key_with_a_bad_scope_or_no_user_is_refused(db: Path) -> None:
     assert "NAME=VALUE" in done.stderr
     done = _cli("keys", "create", "--store", str(db), "--tenant", "t1", "--user", "")
     assert done.returncode == 2
+
+
+def test_an_address_is_host_and_port_or_a_port_on_loopback() -> None:
+    assert parse_address("8000") == ("127.0.0.1", 8000)
+    assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_address("[::1]:8443") == ("::1", 8443)
+    assert parse_address("0.0.0.0:80") == ("0.0.0.0", 80)  # noqa: S104 - parsed, never bound
+    for bad in ("", ":80", "host:", "host:http", "127.0.0.1:65536"):
+        with pytest.raises(CliError):
+            parse_address(bad)

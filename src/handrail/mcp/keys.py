@@ -136,7 +136,9 @@ class ApiKeys:
         """The principal of a usable key, or None.
 
         None for a malformed token, an unknown key id, a secret that does not match
-        (hashes compared in constant time), a revoked or an expired key.
+        (hashes compared in constant time), a revoked or an expired key. An unknown id
+        answers sooner than a wrong secret; key ids are not secret (listings and the
+        audit show them), so that tells an attacker nothing about any secret.
         """
         parsed = parse_key(token)
         if parsed is None:
