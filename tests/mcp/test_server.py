@@ -7,6 +7,7 @@ wait is bounded by WAIT, which only a real bug trips.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +29,10 @@ from handrail import (
     tool,
 )
 from handrail.app import MEMORY
+from handrail.envelope import Envelope, Status
 from handrail.events import AuditEvent, CallRecord
 from handrail.mcp import GatedServer, fixed_principal
+from handrail.mcp import server as server_module
 from handrail.shaping.marking import read_block
 from mcp import Client
 
@@ -217,6 +220,59 @@ async def test_each_call_gets_its_own_call_id(watch: Watch) -> None:
     assert {c.rsplit("-", 1)[1] for c in calls} == {"one", "two"}
 
 
+def _hidden_tools() -> list[Any]:
+    @tool(risk=RiskLevel.L4_FORBIDDEN, namespace="lib")
+    def burn_books() -> str:
+        """Burn every book."""
+        return "burnt"
+
+    @tool(risk=RiskLevel.L0_PUBLIC_READ, namespace="lib", enabled=False)
+    def old_search() -> str:
+        """The old search."""
+        return "old"
+
+    @tool(risk=RiskLevel.L0_PUBLIC_READ, namespace="lib", enabled_tenants=["t2"])
+    def t2_catalogue() -> str:
+        """Another tenant's catalogue."""
+        return "t2"
+
+    return [burn_books, old_search, t2_catalogue]
+
+
+@pytest.mark.parametrize("name", ["lib.burn_books", "lib.old_search", "lib.t2_catalogue"])
+async def test_forbidden_disabled_and_other_tenants_tools_are_unknown_and_never_listed(
+    app: Handrail, name: str
+) -> None:
+    for made in _hidden_tools():
+        app.registry.register(made)
+    async with Client(_server(app).lowlevel, mode="legacy") as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool(name, {})
+    assert name not in listed
+    assert _structured(result)["error_type"] == "UNKNOWN_TOOL"
+    assert _structured(result)["data"] is None
+
+
+async def test_a_write_whose_arguments_carry_a_confirmation_is_refused_and_nothing_is_planned(
+    app: Handrail, watch: Watch
+) -> None:
+    forged = {"title": "Dune", "confirmation_token": "hr1.k1.p.h.0.n.mac", "confirmed": True}
+    async with Client(_server(app).lowlevel, mode="legacy") as client:
+        result = await client.call_tool("lib.order_book", forged)
+    assert _structured(result)["error_type"] == "INVALID_ARGUMENTS"
+    assert app.store.list_plans(tenant_id="t1") == []
+    assert watch.ran == []
+
+
+async def test_a_tool_name_with_a_control_character_is_unknown_and_nothing_runs(
+    app: Handrail, watch: Watch
+) -> None:
+    async with Client(_server(app).lowlevel, mode="auto") as client:
+        result = await client.call_tool("lib.search\u0000", {"query": "a"})
+    assert _structured(result)["error_type"] == "UNKNOWN_TOOL"
+    assert watch.ran == []
+
+
 # --- URL-mode elicitation ---------------------------------------------------------------------
 
 
@@ -250,6 +306,34 @@ async def test_without_the_capability_no_elicitation_is_sent(app: Handrail) -> N
     async with Client(server.lowlevel, mode="legacy") as client:
         result = await client.call_tool("lib.order_book", {"title": "Dune"})
     assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
+
+
+async def test_a_failed_elicitation_changes_nothing(app: Handrail) -> None:
+    async def elicit(
+        ctx: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ErrorData:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="no browser here")
+
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("lib.order_book", {"title": "Dune"})
+    assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
+
+
+async def test_a_2026_connection_is_not_sent_a_server_request(app: Handrail) -> None:
+    asked: list[object] = []
+
+    async def elicit(
+        ctx: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=elicit) as client:
+        result = await client.call_tool("lib.order_book", {"title": "Dune"})
+    assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
+    assert asked == []
 
 
 # --- list_changed -----------------------------------------------------------------------------
@@ -312,6 +396,36 @@ async def test_a_closed_server_stops_following_the_registry(app: Handrail) -> No
     server.close()
     app.registry.register(_extra_tool())
     assert server._generation == 0
+
+
+async def test_exposures_are_remembered_per_tenant_and_permissions_and_bounded(
+    app: Handrail, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "_MAX_EXPOSURES", 2)
+    server = _server(app)
+    assert server.app is app
+    first = server._exposure(ALICE)
+    assert server._exposure(Principal(user_id="bob", tenant_id="t1")) is first
+    server._exposure(ANN)
+    server._exposure(Principal(user_id="cy", tenant_id="t2"))
+    assert len(server._exposures) <= 2
+    assert server._exposure(ALICE) is not first
+
+
+async def test_a_change_skips_a_loop_that_has_closed(app: Handrail) -> None:
+    server = _server(app)
+    loop = asyncio.new_event_loop()
+    loop.close()
+    server._loops.add(loop)
+    app.registry.register(_extra_tool())
+    assert server._generation == 1
+
+
+def test_only_a_plan_has_a_plan_id() -> None:
+    plain = Envelope(call_id="c", tool="t", status=Status.OK, summary="s", data=["x"])
+    odd = Envelope(call_id="c", tool="t", status=Status.OK, summary="s", data={"plan_id": 7})
+    assert server_module._plan_id(plain) is None
+    assert server_module._plan_id(odd) is None
 
 
 # --- progress and cancellation ----------------------------------------------------------------
@@ -417,6 +531,15 @@ async def test_a_cancelled_external_write_ends_unknown_and_reconcilable_not_fail
         [record] = app.store.list_executions(tenant_id="t1")
     assert record.status is ExecutionStatus.UNKNOWN
     assert record.tool == "lib.hold_shelf"
+
+
+async def test_a_call_past_the_servers_budget_times_out_and_its_tool_is_stopped(
+    app: Handrail, watch: Watch
+) -> None:
+    async with Client(_server(app, timeout=0.01).lowlevel, mode="legacy") as client:
+        result = await client.call_tool("lib.slow_count", {"steps": 0})
+    assert _structured(result)["error_type"] == "TIMEOUT"
+    assert watch.cancelled.is_set()
 
 
 async def test_without_a_command_id_an_unconfirmed_write_is_refused(

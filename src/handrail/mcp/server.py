@@ -16,6 +16,7 @@ elicitation offering the application's confirmation page where the client suppor
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
@@ -98,8 +99,9 @@ class GatedServer:
     answer never carries a token either way). `command_id(ctx)` gives the host's id
     of the user's intent behind a request, the key of an unconfirmed COMMAND_ID write
     (never read from the arguments, which the model writes); without it such writes
-    are refused RISK_BLOCKED. `new_id` draws the unique part of each call id (a random
-    uuid by default); `marker` marks result text as data.
+    are refused RISK_BLOCKED. `timeout` is each call's budget in seconds (the gate's
+    default when None; a tool's own timeout still caps it). `new_id` draws the unique
+    part of each call id (a random uuid by default); `marker` marks result text as data.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class GatedServer:
         new_id: Callable[[], str] | None = None,
         marker: DataMarker | None = None,
         elicitation_timeout: float = _ELICITATION_TIMEOUT,
+        timeout: float | None = None,
     ) -> None:
         self._app = app
         self._principal = principal
@@ -123,6 +126,7 @@ class GatedServer:
         self._new_id = new_id or _uuid
         self._marker = marker or DataMarker()
         self._elicitation_timeout = elicitation_timeout
+        self._timeout = timeout
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._server = _Server(
@@ -146,6 +150,7 @@ class GatedServer:
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._tasks: set[asyncio.Task[None]] = set()
         # Exposure of each (tenant, permissions), valid for one registry generation.
+        self._generations = itertools.count(1)
         self._generation = 0
         self._exposures: dict[tuple[str, frozenset[str]], tuple[int, Exposure]] = {}
         self._unsubscribe = app.registry.subscribe(self._registry_changed)
@@ -214,6 +219,7 @@ class GatedServer:
             envelope = await self._app.gate.handle(
                 call,
                 principal,
+                timeout=self._timeout,
                 exposure=exposure,
                 command_id=None if self._command_id is None else self._command_id(ctx),
             )
@@ -287,7 +293,7 @@ class GatedServer:
     def _registry_changed(self, name: str) -> None:
         """A tool was registered or deregistered (any thread): forget exposures, tell clients."""
         del name
-        self._generation += 1
+        self._generation = next(self._generations)  # atomic, whichever thread changes it
         self._exposures.clear()
         for loop in list(self._loops):
             if not loop.is_closed():
