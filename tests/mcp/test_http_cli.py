@@ -10,6 +10,7 @@ secret again. Option mistakes are one-line errors.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -24,11 +25,14 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
-from _mcp_http import WAIT_S, client, text_of
-from handrail import Keyring
+from _mcp_http import WAIT_S, Signer, client, text_of
+from handrail import Handrail, Keyring, Registry
+from handrail.app import MEMORY
 from handrail.cli import app as cli_app
 from handrail.cli._common import CliError
-from handrail.cli._mcp_http import parse_address
+from handrail.cli._mcp_http import authenticator_for, http_settings, parse_address
+from handrail.mcp.keys import ApiKeys
+from handrail.principal import Principal
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDRAIL = str(Path(sys.executable).parent / "handrail")
@@ -134,11 +138,25 @@ async def test_a_key_from_the_cli_reaches_a_server_started_from_the_cli(
     assert server.process.wait(WAIT_S) == 0
 
 
+def _create_here(db: Path, *options: str) -> str:
+    done = CliRunner().invoke(cli_app, ["keys", "create", "--store", str(db), *options])
+    assert done.exit_code == 0, done.output
+    assert "shown once" in done.stderr
+    [key] = done.stdout.split()
+    return key
+
+
 def test_keys_stay_in_their_tenant_and_are_never_shown_again(db: Path) -> None:
-    key = _create(db, "--tenant", "t1", "--user", "alice", "--label", "ci", "-p", "a")
-    _create(db, "--tenant", "t2", "--user", "mallory")
+    key = _create_here(
+        db, "--tenant", "t1", "--user", "alice", "--label", "ci", "-p", "a", "--role", "r"
+    )
+    _create_here(
+        db, "--tenant", "t2", "--user", "mallory", "--scope", "region=eu", "--expires-in-days", "1"
+    )
     key_id, secret = key.split("_", 2)[1:]
     runner = CliRunner()
+    empty = runner.invoke(cli_app, ["keys", "list", "--store", str(db), "--tenant", "t3"])
+    assert "no API keys in tenant t3" in empty.stdout
     listed = runner.invoke(cli_app, ["keys", "list", "--store", str(db), "--tenant", "t1"])
     assert listed.exit_code == 0, listed.output
     assert key_id in listed.stdout
@@ -173,20 +191,59 @@ def test_keys_stay_in_their_tenant_and_are_never_shown_again(db: Path) -> None:
     ],
 )
 def test_http_option_mistakes_are_one_line_errors(options: list[str], message: str) -> None:
-    done = _cli("mcp", "serve", "--app", APP, "--store", "memory://", *options)
-    assert done.returncode == 2, done.stderr
+    args = ["mcp", "serve", "--app", APP, "--store", "memory://", *options]
+    done = CliRunner().invoke(cli_app, args)
+    assert done.exit_code == 2, done.output
     assert done.stderr.startswith("error: ")
     assert message in done.stderr
 
 
-def test_a_key_with_a_bad_scope_or_no_user_is_refused(db: Path) -> None:
-    done = _cli(
-        "keys", "create", "--store", str(db), "--tenant", "t1", "--user", "a", "--scope", "x"
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--user", "a", "--scope", "x"], "NAME=VALUE"),
+        (["--user", ""], "must not be empty"),
+        (["--user", "a\x00b"], "NUL"),
+    ],
+)
+def test_a_key_for_no_valid_principal_is_refused(
+    db: Path, options: list[str], message: str
+) -> None:
+    args = ["keys", "create", "--store", str(db), "--tenant", "t1", *options]
+    done = CliRunner().invoke(cli_app, args)
+    assert done.exit_code == 2
+    assert message in done.stderr
+
+
+@pytest.mark.anyio
+async def test_the_authenticator_for_the_options_takes_keys_and_jwts(tmp_path: Path) -> None:
+    signer = Signer()
+    jwks = signer.write_jwks(tmp_path / "jwks.json")
+    url = "http://127.0.0.1:8765/mcp"
+    settings = http_settings(
+        http="127.0.0.1:8765",
+        api_keys=True,
+        jwt_issuer=signer.issuer,
+        jwt_audience=None,
+        jwks=jwks,
+        tenant_claim="org",
+        resource_url=None,
+        allowed_origins=None,
     )
-    assert done.returncode == 2
-    assert "NAME=VALUE" in done.stderr
-    done = _cli("keys", "create", "--store", str(db), "--tenant", "t1", "--user", "")
-    assert done.returncode == 2
+    assert settings is not None
+    with Handrail.open(MEMORY, registry=Registry()) as app:
+        both = authenticator_for(settings, app, url)
+        key = ApiKeys(app.store).create(Principal(user_id="u", tenant_id="t")).key
+        assert await both.authenticate(key) == Principal(user_id="u", tenant_id="t")
+        token = signer.token(url, org="acme", scope="")
+        assert await both.authenticate(token) == Principal(user_id="alice", tenant_id="acme")
+        only_jwt = authenticator_for(dataclasses.replace(settings, api_keys=False), app, url)
+        assert await only_jwt.authenticate(key) is None
+        only_keys = authenticator_for(dataclasses.replace(settings, jwt_issuer=None), app, url)
+        assert await only_keys.authenticate(token) is None
+        broken = dataclasses.replace(settings, jwks=tmp_path / "missing.json")
+        with pytest.raises(CliError, match="JWKS"):
+            authenticator_for(broken, app, url)
 
 
 def test_an_address_is_host_and_port_or_a_port_on_loopback() -> None:

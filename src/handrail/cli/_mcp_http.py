@@ -39,6 +39,7 @@ __all__ = [
     "JwtIssuerOption",
     "ResourceUrlOption",
     "TenantClaimOption",
+    "authenticator_for",
     "http_settings",
     "parse_address",
     "serve_over_http",
@@ -168,7 +169,8 @@ def http_settings(
     )
 
 
-def _authenticator(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
+def authenticator_for(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
+    """The authenticators the settings ask for, API keys from the application's store."""
     from handrail.mcp.auth import (  # noqa: PLC0415
         ApiKeyAuthenticator,
         ClaimsMapping,
@@ -236,7 +238,7 @@ def serve_over_http(
     sock = _bound(settings.host, settings.port)
     port = sock.getsockname()[1]
     resource_url = settings.resource_url or default_resource_url(settings.host, port)
-    authenticator = _authenticator(settings, app, resource_url)
+    authenticator = authenticator_for(settings, app, resource_url)
     server = GatedServer(app, principal=principal_from_request, name=name, confirm_url=confirm_url)
 
     async def close() -> None:
