@@ -4,7 +4,8 @@ A key made by `handrail keys create` (shown once, on stdout alone) lets the SDK'
 Streamable HTTP client list and call the tools of a server started as a subprocess
 on 127.0.0.1 (port 0: the server picks a free one and announces its URL on stderr
 once it listens); `keys revoke` ends it for that server at once; the server stops
-cleanly on SIGINT. The keys commands stay inside one tenant and never print a
+cleanly on SIGINT. A JWT of the issuer given by `--jwt-issuer` and `--jwks`, for this
+server's URL, works too (its tenant from `--tenant-claim`). The keys commands stay inside one tenant and never print a
 secret again. Option mistakes are one-line errors.
 """
 
@@ -73,9 +74,16 @@ class _Server:
 
 
 @pytest.fixture
-def server(db: Path, keyring: Path) -> Iterator[_Server]:
+def signer() -> Signer:
+    return Signer()
+
+
+@pytest.fixture
+def server(db: Path, keyring: Path, signer: Signer, tmp_path: Path) -> Iterator[_Server]:
+    jwks = signer.write_jwks(tmp_path / "jwks.json")
     command = [HANDRAIL, "mcp", "serve", "--app", APP, "--store", str(db)]
     command += ["--keyring", str(keyring), "--http", "127.0.0.1:0"]
+    command += ["--jwt-issuer", signer.issuer, "--jwks", str(jwks), "--tenant-claim", "org"]
     process = subprocess.Popen(  # noqa: S603 - our own command with fixed arguments
         command,
         cwd=ROOT,
@@ -136,6 +144,25 @@ async def test_a_key_from_the_cli_reaches_a_server_started_from_the_cli(
     assert refused.group_contains(MCPError)
     server.process.send_signal(signal.SIGINT)
     assert server.process.wait(WAIT_S) == 0
+
+
+@pytest.mark.anyio
+async def test_a_jwt_of_the_configured_issuer_reaches_the_server(
+    server: _Server, signer: Signer
+) -> None:
+    token = signer.token(server.url, sub="carol", org="t2", scope="")
+    other_audience = signer.token(server.url + "/other", sub="carol", org="t2")
+    with anyio.fail_after(WAIT_S):
+        async with client(server.url, token) as c:
+            names = sorted(t.name for t in (await c.list_tools()).tools)
+            tenant = await c.call_tool("lib.whoami", {})
+    assert "lib.search" in names
+    assert "lib.secret_report" not in names
+    assert "t2" in text_of(tenant)
+    with anyio.fail_after(WAIT_S), pytest.raises(ExceptionGroup) as refused:
+        async with client(server.url, other_audience) as c:
+            await c.list_tools()
+    assert refused.group_contains(MCPError)
 
 
 def _create_here(db: Path, *options: str) -> str:
