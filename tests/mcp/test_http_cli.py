@@ -4,9 +4,10 @@ A key made by `handrail keys create` (shown once, on stdout alone) lets the SDK'
 Streamable HTTP client list and call the tools of a server started as a subprocess
 on 127.0.0.1 (port 0: the server picks a free one and announces its URL on stderr
 once it listens); `keys revoke` ends it for that server at once; the server stops
-cleanly on SIGINT. A JWT of the issuer given by `--jwt-issuer` and `--jwks`, for this
-server's URL, works too (its tenant from `--tenant-claim`). The keys commands stay inside one tenant and never print a
-secret again. Option mistakes are one-line errors.
+cleanly on SIGINT. A JWT of the issuer given by `--jwt-issuer` and `--jwks`, for
+this server's URL, works too (its tenant from `--tenant-claim`). The keys commands
+stay inside one tenant and never print a secret again. Option mistakes are one-line
+errors.
 """
 
 from __future__ import annotations
