@@ -18,6 +18,7 @@ import mcp_types as types
 import pytest
 from _mcp_app import Watch, tools
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 
 from handrail import (
     ExecutionStatus,
@@ -320,20 +321,105 @@ async def test_a_failed_elicitation_changes_nothing(app: Handrail) -> None:
     assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
 
 
-async def test_a_2026_connection_is_not_sent_a_server_request(app: Handrail) -> None:
-    asked: list[object] = []
+async def test_a_2026_client_is_offered_the_page_as_input_and_its_retry_gets_the_same_plan(
+    app: Handrail,
+) -> None:
+    asked: list[types.ElicitRequestURLParams] = []
 
     async def elicit(
         ctx: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams)
         asked.append(params)
         return types.ElicitResult(action="accept")
 
     server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
     async with Client(server.lowlevel, mode="auto", elicitation_callback=elicit) as client:
         result = await client.call_tool("lib.order_book", {"title": "Dune"})
-    assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
-    assert asked == []
+    structured = _structured(result)
+    assert structured["error_type"] == "NEEDS_CONFIRMATION"
+    plan_id = structured["data"]["plan_id"]
+    [params] = asked
+    assert params.url == f"https://shop.example/plans/{plan_id}"
+    # The retry answered the plan of the first round; no second plan was made.
+    assert [p.plan.plan_id for p in app.store.list_plans(tenant_id="t1")] == [plan_id]
+    assert "token" not in result.model_dump_json(by_alias=True).lower()
+
+
+async def _offered(client: Client) -> types.InputRequiredResult:
+    offered = await client.session.call_tool(
+        "lib.order_book", {"title": "Dune"}, allow_input_required=True
+    )
+    assert isinstance(offered, types.InputRequiredResult)
+    assert offered.request_state is not None
+    return offered
+
+
+async def _retry(client: Client, state: str) -> types.CallToolResult | types.InputRequiredResult:
+    return await client.session.call_tool(
+        "lib.order_book",
+        {"title": "Dune"},
+        input_responses={"confirm": types.ElicitResult(action="accept")},
+        request_state=state,
+        allow_input_required=True,
+    )
+
+
+async def _accept(ctx: ClientRequestContext, params: Any) -> types.ElicitResult:
+    return types.ElicitResult(action="accept")
+
+
+async def test_the_offered_state_is_sealed_and_names_no_plan(app: Handrail) -> None:
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        offered = await _offered(client)
+        [plan] = app.store.list_plans(tenant_id="t1")
+        assert offered.request_state is not None
+        assert plan.plan.plan_id not in offered.request_state
+        with pytest.raises(MCPError):
+            await _retry(client, plan.plan.plan_id)
+        with pytest.raises(MCPError):
+            await _retry(client, offered.request_state[:-2] + "xx")
+
+
+async def test_a_retry_after_the_plan_was_rejected_says_it_closed(app: Handrail) -> None:
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        offered = await _offered(client)
+        [plan] = app.store.list_plans(tenant_id="t1")
+        await app.writes.reject(plan.plan.plan_id, ALICE, reason="not today")
+        assert offered.request_state is not None
+        result = await _retry(client, offered.request_state)
+    assert isinstance(result, types.CallToolResult)
+    assert _structured(result)["error_type"] == "PLAN_CLOSED"
+    assert "rejected" in _structured(result)["summary"]
+
+
+async def test_a_retry_whose_tool_is_gone_runs_nothing(app: Handrail) -> None:
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        offered = await _offered(client)
+        app.registry.deregister("lib.order_book")
+        assert offered.request_state is not None
+        result = await _retry(client, offered.request_state)
+    assert isinstance(result, types.CallToolResult)
+    assert _structured(result)["error_type"] == "PLAN_CLOSED"
+    assert len(app.store.list_plans(tenant_id="t1")) == 1
+
+
+async def test_a_sealed_state_is_bound_to_its_principal(app: Handrail) -> None:
+    caller = [ALICE]
+    server = GatedServer(
+        app,
+        principal=lambda: caller[0],
+        confirm_url=lambda plan: f"https://shop.example/plans/{plan}",
+    )
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        offered = await _offered(client)
+        assert offered.request_state is not None
+        caller[0] = Principal(user_id="bob", tenant_id="t1")
+        with pytest.raises(MCPError):
+            await _retry(client, offered.request_state)
 
 
 # --- list_changed -----------------------------------------------------------------------------
