@@ -1,12 +1,11 @@
 """API keys: bearer secrets bound to a principal, shown once, kept only as a hash.
 
-Owns the key format, the stored record and the `ApiKeys` service over a Store:
-`create` draws a key and returns its plaintext once; `list` and `revoke` work within
-one tenant; `verify` turns a presented key into the Principal it was made for, or None.
-A key reads `hrk_<key id>_<secret>`: the prefix makes a leaked key recognisable to
-secret scanners, the key id finds the record without a scan, the secret is compared
-as a hash in constant time. Creating and revoking are audited; verifying is not (it
-runs on every request; the gate audits what the principal then does).
+Owns the key format, drawing and parsing keys, hashing and comparing their secrets,
+and the stored record. A key reads `hrk_<key id>_<secret>`: the prefix makes a leaked
+key recognisable to secret scanners, the key id finds the record without a scan, the
+secret is compared as a hash in constant time. The service that makes, lists, revokes
+and verifies keys over a store is `handrail.mcp.keys.ApiKeys`; this module never
+touches a store.
 """
 
 from __future__ import annotations
@@ -16,24 +15,24 @@ import hashlib
 import hmac
 import json
 import re
-import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from handrail.clock import Clock, SystemClock
-from handrail.events import AuditSubject
 from handrail.principal import Principal
-from handrail.record.audit import Auditor
 
-if TYPE_CHECKING:
-    from handrail.events import AuditEvent
-    from handrail.record.audit import AuditSink
-    from handrail.store.base import Store
-
-__all__ = ["KEY_PREFIX", "ApiKeyRecord", "ApiKeys", "CreatedKey", "hash_secret"]
+__all__ = [
+    "KEY_PREFIX",
+    "ApiKeyRecord",
+    "CreatedKey",
+    "draw_key",
+    "hash_secret",
+    "key_text",
+    "matches",
+    "parse_key",
+    "valid_key_id",
+]
 
 KEY_PREFIX = "hrk_"
 _ID_BYTES = 8  # 16 hex characters: unique enough for a lookup key, never secret
@@ -143,136 +142,37 @@ class CreatedKey:
     record: ApiKeyRecord
 
 
-class _StoreAudit:
-    # Key events are rare: written straight to the store, no batching needed.
-    def __init__(self, store: Store) -> None:
-        self._store = store
+def draw_key(random_bytes: Callable[[int], bytes]) -> tuple[str, str]:
+    """A new key id and secret from `random_bytes` (16 hex digits; 256 random bits).
 
-    def emit(self, events: Sequence[AuditEvent]) -> None:
-        self._store.append_audit(events)
-
-
-class ApiKeys:
-    """Make, list, revoke and verify API keys kept in a Store.
-
-    `clock` decides expiry; `random_bytes` draws ids and secrets (a test passes its
-    own); `audit` receives the created and revoked events (by default they go to the
-    store; None records nothing).
+    Raises RuntimeError when the source gives the wrong number of bytes.
     """
+    return random_bytes(_ID_BYTES).hex(), _encode(random_bytes(_SECRET_BYTES))
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        clock: Clock | None = None,
-        audit: AuditSink | bool | None = True,
-        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
-    ) -> None:
-        self._store = store
-        self._clock = clock or SystemClock()
-        sink = _StoreAudit(store) if audit is True else (audit or None)
-        self._auditor = Auditor(sink, self._clock)
-        self._random = random_bytes
 
-    @property
-    def clock(self) -> Clock:
-        """The clock that decides expiry."""
-        return self._clock
+def key_text(key_id: str, secret: str) -> str:
+    """The key as a client presents it: `hrk_<key id>_<secret>`."""
+    return f"{KEY_PREFIX}{key_id}_{secret}"
 
-    def create(
-        self,
-        principal: Principal,
-        *,
-        label: str = "",
-        expires_at: datetime | None = None,
-        actor: str | None = None,
-    ) -> CreatedKey:
-        """A new key for `principal`; the plaintext is in the answer and nowhere else.
 
-        `actor` names who made it, for the audit (default: the principal's user).
-        Raises ValueError for an expiry that is naive or not in the future.
-        """
-        now = self._clock.now()
-        if expires_at is not None and (expires_at.tzinfo is None or expires_at <= now):
-            msg = "an API key's expiry must be a timezone-aware time in the future"
-            raise ValueError(msg)
-        for _ in range(3):
-            key_id = self._random(_ID_BYTES).hex()
-            secret = _encode(self._random(_SECRET_BYTES))
-            record = ApiKeyRecord(
-                key_id=key_id,
-                tenant_id=principal.tenant_id,
-                user_id=principal.user_id,
-                permissions=principal.permissions,
-                roles=principal.roles,
-                data_scope=principal.data_scope,
-                label=label,
-                secret_hash=hash_secret(key_id, secret),
-                created_at=now,
-                expires_at=expires_at,
-            )
-            if self._store.insert_api_key(record):
-                self._note(record, "create", "created", actor)
-                return CreatedKey(key=f"{KEY_PREFIX}{key_id}_{secret}", record=record)
-        msg = "could not draw an unused API key id (is the random source broken?)"
-        raise RuntimeError(msg)
+def parse_key(token: str) -> tuple[str, str] | None:
+    """The key id and secret of a well-formed key; None for anything else."""
+    match = _TOKEN.fullmatch(token) if len(token) <= _MAX_TOKEN else None
+    if match is None:
+        return None
+    key_id, secret = match.groups()
+    return key_id, secret
 
-    def list(
-        self, tenant_id: str, *, user_id: str | None = None, limit: int = 100
-    ) -> list[ApiKeyRecord]:
-        """A tenant's (or one user's) keys, newest first; revoked and expired ones too."""
-        return self._store.list_api_keys(tenant_id=tenant_id, user_id=user_id, limit=limit)
 
-    def revoke(self, key_id: str, *, tenant_id: str, actor: str | None = None) -> bool:
-        """Revoke a key of this tenant, audited.
+def matches(record: ApiKeyRecord, key_id: str, secret: str) -> bool:
+    """Whether `secret` is the key's: its hash compared with the stored one in constant time."""
+    presented = hash_secret(key_id, secret).encode()
+    return hmac.compare_digest(presented, record.secret_hash.encode())
 
-        False, and nothing changes, for an unknown key, another tenant's, or one already
-        revoked.
-        """
-        if not _KEY_ID.fullmatch(key_id):
-            return False
-        at = self._clock.now()
-        if not self._store.revoke_api_key(key_id, tenant_id=tenant_id, at=at):
-            return False
-        record = self._store.get_api_key(key_id)
-        if record is not None:
-            self._note(record, "revoke", "revoked", actor)
-        return True
 
-    def verify(self, token: str) -> Principal | None:
-        """The principal of a usable key, or None.
-
-        None for a malformed token, an unknown key id, a secret that does not match
-        (hashes compared in constant time), a revoked or an expired key.
-        """
-        match = _TOKEN.fullmatch(token) if len(token) <= _MAX_TOKEN else None
-        if match is None:
-            return None
-        key_id, secret = match.groups()
-        record = self._store.get_api_key(key_id)
-        if record is None:
-            return None
-        presented = hash_secret(key_id, secret)
-        if not hmac.compare_digest(presented.encode(), record.secret_hash.encode()):
-            return None
-        if not record.usable_at(self._clock.now()):
-            return None
-        return record.principal()
-
-    def _note(self, record: ApiKeyRecord, stage: str, decision: str, actor: str | None) -> None:
-        self._auditor.note(
-            kind="api_key",
-            stage=stage,
-            decision=decision,
-            subject=AuditSubject(user_id=actor or record.user_id, tenant_id=record.tenant_id),
-            facts={
-                "key_id": record.key_id,
-                "for_user": record.user_id,
-                "label": record.label or None,
-                "permissions": sorted(record.permissions),
-                "expires_at": None if record.expires_at is None else record.expires_at.isoformat(),
-            },
-        )
+def valid_key_id(key_id: str) -> bool:
+    """Whether `key_id` has the form of a key id."""
+    return _KEY_ID.fullmatch(key_id) is not None
 
 
 def _encode(raw: bytes) -> str:

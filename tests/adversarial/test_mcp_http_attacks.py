@@ -28,7 +28,6 @@ from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp
 
 from _mcp_http import WAIT_S, App, Served, Signer, build_app, client, running, text_of
-from handrail.api_keys import ApiKeys
 from handrail.clock import FixedClock
 from handrail.mcp.auth import (
     ApiKeyAuthenticator,
@@ -37,6 +36,7 @@ from handrail.mcp.auth import (
     principal_from_request,
 )
 from handrail.mcp.http import http_app
+from handrail.mcp.keys import ApiKeys
 from handrail.mcp.server import GatedServer
 from handrail.principal import Principal
 from handrail.store import MemoryStore

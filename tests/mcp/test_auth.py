@@ -28,7 +28,6 @@ from pydantic import AnyHttpUrl
 from starlette.requests import HTTPConnection
 
 from _mcp_http import Signer
-from handrail.api_keys import ApiKeys
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.mcp.auth import (
@@ -40,6 +39,7 @@ from handrail.mcp.auth import (
     PrincipalToken,
     principal_from_request,
 )
+from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 from handrail.store import MemoryStore
 
@@ -288,3 +288,40 @@ def test_principal_from_request_reads_only_an_authenticated_request() -> None:
     finally:
         auth_context_var.reset(reset)
     assert principal_from_request() is None
+
+
+async def test_a_token_issued_in_the_future_is_refused(signer: Signer, clock: FixedClock) -> None:
+    auth = _jwt_auth(signer, clock)
+    assert await auth.authenticate(signer.token(AUDIENCE, now=T, iat=int(T) + 3600)) is None
+    assert await auth.authenticate(signer.token(AUDIENCE, now=T, iat="now")) is None
+
+
+async def test_a_key_declared_for_another_algorithm_is_not_used(clock: FixedClock) -> None:
+    signer = Signer()
+    jwks = signer.jwks()
+    jwks["keys"][0]["alg"] = "RS384"
+    auth = JwtAuthenticator(issuer=signer.issuer, audience=AUDIENCE, jwks=jwks, clock=clock)
+    assert await auth.authenticate(signer.token(AUDIENCE, now=T)) is None
+    assert await auth.authenticate(signer.token(AUDIENCE, alg="ES256", now=T)) is not None
+
+
+async def test_encryption_keys_in_the_jwks_are_left_out(clock: FixedClock) -> None:
+    signer = Signer()
+    jwks = signer.jwks()
+    jwks["keys"][1]["use"] = "enc"
+    auth = JwtAuthenticator(issuer=signer.issuer, audience=AUDIENCE, jwks=jwks, clock=clock)
+    assert await auth.authenticate(signer.token(AUDIENCE, alg="ES256", now=T)) is None
+    assert await auth.authenticate(signer.token(AUDIENCE, now=T)) is not None
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("a string", "JSON object"),
+        ({"kty": "RSA", "n": "AQAB"}, "cannot be loaded"),
+        ({"kty": "XYZ"}, "cannot be loaded"),
+    ],
+)
+def test_a_jwks_with_a_broken_key_is_refused(entry: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        JwtAuthenticator(issuer="i", audience="a", jwks={"keys": [entry]})

@@ -9,25 +9,33 @@ stands for, never one from its arguments.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
 from mcp.client.client import Client
+from mcp.server.lowlevel.server import Server
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from _mcp_http import WAIT_S, App, Served, Signer, build_app, client, running, text_of
-from handrail.api_keys import ApiKeys
+from handrail.errors import ConfigurationError
 from handrail.mcp.auth import (
     ApiKeyAuthenticator,
     FirstOf,
     JwtAuthenticator,
     principal_from_request,
 )
-from handrail.mcp.http import http_app
+from handrail.mcp.http import http_app, serve_http
+from handrail.mcp.keys import ApiKeys
 from handrail.mcp.server import GatedServer
 from handrail.principal import Principal
 from handrail.store import MemoryStore
@@ -142,3 +150,85 @@ async def test_the_protected_resource_metadata_names_this_server(served: Served)
             answer = await http.get(f"{served.base}/.well-known/oauth-protected-resource/mcp")
     assert answer.status_code == 200
     assert json.loads(answer.text)["resource"] == served.resource_url
+
+
+def test_serve_http_serves_on_its_socket_until_stopped_then_shuts_down(
+    app: App, keys: ApiKeys
+) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    shut: list[str] = []
+
+    async def on_shutdown() -> None:
+        shut.append("closed")
+
+    server = GatedServer(app.handrail, principal=principal_from_request)
+    serving = serve_http(
+        server, ApiKeyAuthenticator(keys), sock=sock, on_shutdown=on_shutdown, stop=stop
+    )
+    thread = threading.Thread(target=loop.run_until_complete, args=(serving,), daemon=True)
+    thread.start()
+    try:
+
+        async def use() -> str:
+            with anyio.fail_after(WAIT_S):
+                async with client(f"http://127.0.0.1:{port}/mcp", keys.create(ALICE).key) as c:
+                    return text_of(await c.call_tool("notes.echo", {"text": "served"}))
+
+        assert "served" in anyio.run(use)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(WAIT_S)
+        loop.close()
+        sock.close()
+        server.close()
+    assert not thread.is_alive()
+    assert shut == ["closed"]
+
+
+def _plain_app(resource_url: str, **options: Any) -> Starlette:
+    server: Server[Any] = Server("bare")
+    return http_app(server, FirstOf(_Nobody()), resource_url=resource_url, **options)
+
+
+class _Nobody:
+    async def authenticate(self, token: str) -> Principal | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("ftp://127.0.0.1/mcp", {}),
+        ("http:///mcp", {}),
+        ("http://127.0.0.1:8765/mcp", {"authorization_server": "not a url"}),
+    ],
+)
+def test_an_app_needs_http_urls(url: str, options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        _plain_app(url, **options)
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "status"),
+    [
+        ("http://127.0.0.1:8765/mcp", "127.0.0.1:8765", 401),
+        ("http://127.0.0.1:8765/mcp", "localhost:8765", 401),
+        ("http://127.0.0.1:8765/mcp", "[::1]:8765", 401),
+        ("http://127.0.0.1:8765/mcp", "localhost:9999", 421),
+        ("http://localhost:8765/mcp", "127.0.0.1:8765", 401),
+        ("https://mcp.example.test/mcp", "mcp.example.test:443", 401),
+        ("https://mcp.example.test/mcp", "mcp.example.test", 401),
+        ("https://mcp.example.test/mcp", "127.0.0.1:443", 421),
+        ("http://10.0.0.5:8000/mcp", "10.0.0.5:8000", 401),
+        ("http://10.0.0.5:8000/mcp", "localhost:8000", 421),
+    ],
+)
+def test_the_allowed_hosts_follow_the_resource_url(url: str, host: str, status: int) -> None:
+    with TestClient(_plain_app(url), base_url=url.rsplit("/", 1)[0]) as http:
+        answer = http.post("/mcp", json={}, headers={"Host": host})
+    assert answer.status_code == status

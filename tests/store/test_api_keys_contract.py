@@ -3,7 +3,8 @@
 A key id is inserted once and never overwritten; it reads back field for field (times
 in UTC, the authority intact); listings are one tenant's (or one user's) newest first;
 revocation is a compare-and-set bound to the tenant: another tenant's revoke, a second
-revoke and an unknown id change nothing.
+revoke and an unknown id change nothing, and of racing inserts or revocations exactly
+one wins.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import Any
 import pytest
 
 from _migrations import EmptyDatabase, migrate, revision, table_names
+from _stores import Race
 from handrail.api_keys import ApiKeyRecord
 from handrail.errors import StoreError
 from handrail.store import SqliteStore, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+RACERS = 16
 
 
 def _key(n: int = 1, **changes: Any) -> ApiKeyRecord:
@@ -93,6 +96,24 @@ def test_revocation_is_bound_to_the_tenant_and_happens_once(store: Store) -> Non
     found = store.get_api_key(key_id)
     assert found is not None
     assert found.revoked_at == T0 + timedelta(days=1)
+
+
+def test_of_racing_revocations_exactly_one_wins(store: Store, race: Race) -> None:
+    assert store.insert_api_key(_key())
+    at = [T0 + timedelta(seconds=i) for i in range(RACERS)]
+    wins = race(RACERS, lambda i: store.revoke_api_key(_key().key_id, tenant_id="t1", at=at[i]))
+    assert wins.count(True) == 1
+    found = store.get_api_key(_key().key_id)
+    assert found is not None
+    assert found.revoked_at == at[wins.index(True)]
+
+
+def test_of_racing_inserts_of_one_id_exactly_one_wins(store: Store, race: Race) -> None:
+    wins = race(RACERS, lambda i: store.insert_api_key(_key(user_id=f"user{i}")))
+    assert wins.count(True) == 1
+    found = store.get_api_key(_key().key_id)
+    assert found is not None
+    assert found.user_id == f"user{wins.index(True)}"
 
 
 def test_the_record_refuses_what_no_store_keeps() -> None:

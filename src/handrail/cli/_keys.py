@@ -29,7 +29,7 @@ from handrail.cli._reconcile import open_existing_store
 from handrail.principal import Principal
 
 if TYPE_CHECKING:
-    from handrail.api_keys import ApiKeys
+    from handrail.mcp.keys import ApiKeys
     from handrail.store.sql import SqlStore
 
 __all__ = ["keys_app"]
@@ -54,7 +54,7 @@ def _time(at: datetime | None) -> str:
 
 
 def _keys(store: SqlStore) -> ApiKeys:
-    from handrail.api_keys import ApiKeys  # noqa: PLC0415 - not for --help
+    from handrail.mcp.keys import ApiKeys  # noqa: PLC0415 - not for --help
 
     return ApiKeys(store)
 

@@ -11,6 +11,7 @@ until interrupted. Nothing here imports the SDK until a command runs.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ __all__ = [
     "JwtIssuerOption",
     "ResourceUrlOption",
     "TenantClaimOption",
+    "authenticator_for",
     "http_settings",
     "parse_address",
     "serve_over_http",
@@ -50,8 +52,9 @@ HttpOption = Annotated[
         metavar="HOST:PORT",
         help=(
             "Serve over Streamable HTTP at this address instead of stdio; every request "
-            "then needs a bearer token (an API key or a JWT). Use 127.0.0.1 unless "
-            "clients on other machines must reach it; port 0 picks a free one."
+            "then needs a bearer token (an API key or a JWT). A PORT alone means "
+            "127.0.0.1:PORT; use another host only when clients on other machines must "
+            "reach it, behind TLS. Port 0 picks a free one."
         ),
     ),
 ]
@@ -122,8 +125,8 @@ class HttpSettings:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """HOST:PORT (IPv6 in brackets) as a host and a port number."""
-    host, colon, port = text.rpartition(":")
+    """HOST:PORT (IPv6 in brackets), or PORT alone for 127.0.0.1, as a host and a port."""
+    host, colon, port = text.rpartition(":") if ":" in text else ("127.0.0.1", ":", text)
     host = host.removeprefix("[").removesuffix("]")
     if not colon or not host or not port.isdigit() or int(port) > 65535:  # noqa: PLR2004
         raise CliError(f"--http takes HOST:PORT (e.g. 127.0.0.1:8000), not {text!r}")
@@ -166,14 +169,15 @@ def http_settings(
     )
 
 
-def _authenticator(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
-    from handrail.api_keys import ApiKeys  # noqa: PLC0415 - not for --help
+def authenticator_for(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
+    """The authenticators the settings ask for, API keys from the application's store."""
     from handrail.mcp.auth import (  # noqa: PLC0415
         ApiKeyAuthenticator,
         ClaimsMapping,
         FirstOf,
         JwtAuthenticator,
     )
+    from handrail.mcp.keys import ApiKeys  # noqa: PLC0415 - not for --help
 
     found: list[Authenticator] = []
     if settings.api_keys:
@@ -197,6 +201,13 @@ def _authenticator(settings: HttpSettings, app: Handrail, resource_url: str) -> 
 def _url_or_none(issuer: str | None) -> str | None:
     # Announced as the authorization server only when the issuer is a URL.
     return issuer if issuer and issuer.startswith(("https://", "http://")) else None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _bound(host: str, port: int) -> socket.socket:
@@ -227,7 +238,7 @@ def serve_over_http(
     sock = _bound(settings.host, settings.port)
     port = sock.getsockname()[1]
     resource_url = settings.resource_url or default_resource_url(settings.host, port)
-    authenticator = _authenticator(settings, app, resource_url)
+    authenticator = authenticator_for(settings, app, resource_url)
     server = GatedServer(app, principal=principal_from_request, name=name, confirm_url=confirm_url)
 
     async def close() -> None:
@@ -245,6 +256,9 @@ def serve_over_http(
         sock=sock,
         on_shutdown=close,
     )
+    if not _loopback(settings.host) and not resource_url.startswith("https://"):
+        warning = "handrail: warning: bearer tokens over plain HTTP off this machine; use TLS"
+        print(warning, file=sys.stderr, flush=True)  # noqa: T201
     # The socket listens already: a client that connects now waits for the server.
     print(f"handrail: serving MCP on {resource_url}", file=sys.stderr, flush=True)  # noqa: T201
     try:

@@ -25,9 +25,10 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from pydantic import ConfigDict, InstanceOf
 
-from handrail.api_keys import KEY_PREFIX, ApiKeys
+from handrail.api_keys import KEY_PREFIX
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ConfigurationError
+from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 
 __all__ = [
@@ -252,7 +253,7 @@ class JwtAuthenticator:
     def _candidates(self, alg: str, kid: str | None) -> list[Any]:
         if alg in _HMAC:
             return [self._hmac]
-        return [key for key in self._keys if (kid is None or key.key_id == kid) and _fits(key, alg)]
+        return [key.key for key in self._keys if (kid is None or key.kid == kid) and key.fits(alg)]
 
     def _in_time(self, claims: Mapping[str, Any]) -> bool:
         now = self._clock.now().timestamp()
@@ -274,7 +275,28 @@ def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _load_jwks(jwks: Mapping[str, Any]) -> list[jwt.PyJWK]:
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """One verification key of the JWKS, with what the JWK says it is for."""
+
+    key: Any  # the `cryptography` public key PyJWT loaded
+    kid: str | None
+    kty: str | None
+    crv: str | None
+    alg: str | None
+
+    def fits(self, alg: str) -> bool:
+        """The key's type (and curve) is the algorithm's, and its own `alg`, if any, matches."""
+        if self.alg is not None and self.alg != alg:
+            return False
+        if alg == "EdDSA":
+            return self.kty == "OKP" and self.crv in {"Ed25519", "Ed448"}
+        if alg.startswith("ES"):
+            return self.kty == "EC" and self.crv == _CURVES.get(alg)
+        return self.kty == _KEY_TYPES.get(alg[0])
+
+
+def _load_jwks(jwks: Mapping[str, Any]) -> list[_Key]:
     entries = jwks.get("keys")
     if not isinstance(entries, list) or not entries:
         msg = 'a JWKS is a JSON object {"keys": [...]} with at least one key'
@@ -291,24 +313,15 @@ def _load_jwks(jwks: Mapping[str, Any]) -> list[jwt.PyJWK]:
         if entry.get("use", "sig") != "sig":
             continue
         try:
-            loaded.append(jwt.PyJWK(entry))
+            key = jwt.PyJWK(entry).key
         except jwt.PyJWTError as exc:
             msg = f"a JWKS key cannot be loaded: {exc}"
             raise ConfigurationError(msg) from None
+        fields = {name: entry.get(name) for name in ("kid", "kty", "crv", "alg")}
+        loaded.append(
+            _Key(key, **{k: v if isinstance(v, str) else None for k, v in fields.items()})
+        )
     return loaded
-
-
-def _fits(key: jwt.PyJWK, alg: str) -> bool:
-    # The key's type (and curve) must be the algorithm's; a key's own `alg` must match.
-    declared = key._jwk_data.get("alg")  # noqa: SLF001 - PyJWK keeps the JWK it was built from
-    if declared is not None and declared != alg:
-        return False
-    kty, crv = key._jwk_data.get("kty"), key._jwk_data.get("crv")  # noqa: SLF001
-    if alg == "EdDSA":
-        return kty == "OKP" and crv in {"Ed25519", "Ed448"}
-    if alg.startswith("ES"):
-        return kty == "EC" and crv == _CURVES.get(alg)
-    return kty == _KEY_TYPES.get(alg[0])
 
 
 # --- the SDK's side ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ checked before the token is even read (DNS-rebinding protection: 421 for a Host 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -179,8 +180,9 @@ async def serve_http(
     sock: socket.socket | None = None,
     log_level: str = "warning",
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve over Streamable HTTP until interrupted; 127.0.0.1 unless `host` says otherwise.
+    """Serve over Streamable HTTP until interrupted (or `stop` is set); 127.0.0.1 by default.
 
     `sock` is an already bound socket to serve on (its port then wins over `port`).
     `resource_url` defaults to http://host:port/mcp. `on_shutdown` runs once the last
@@ -202,7 +204,20 @@ async def serve_http(
     if on_shutdown is not None:
         app.router.lifespan_context = _then(app.router.lifespan_context, on_shutdown)
     runner = uvicorn_server(app, host=host, port=port, log_level=log_level)
-    await runner.serve(sockets=None if sock is None else [sock])
+    sockets = None if sock is None else [sock]
+    if stop is None:
+        await runner.serve(sockets=sockets)
+        return
+
+    async def stop_when_asked() -> None:
+        await stop.wait()
+        runner.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_asked())
+    try:
+        await runner.serve(sockets=sockets)
+    finally:
+        watcher.cancel()
 
 
 def _then(

@@ -1,4 +1,4 @@
-"""The ApiKeys service: a key is shown once, stored hashed, verified in constant time.
+"""The ApiKeys service (handrail.mcp.keys) over the key format of handrail.api_keys.
 
 Creating returns the plaintext and the store never holds it; verifying gives back the
 principal the key was made for, and None for a malformed, unknown, tampered, revoked
@@ -15,8 +15,9 @@ from datetime import timedelta
 
 import pytest
 
-from handrail.api_keys import KEY_PREFIX, ApiKeys, hash_secret
+from handrail.api_keys import KEY_PREFIX, hash_secret
 from handrail.clock import FixedClock
+from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 from handrail.record.audit import MemoryAuditSink
 from handrail.store import MemoryStore
