@@ -60,10 +60,10 @@ from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from handrail import Handrail, Principal, RiskLevel, tool
-from handrail.api_keys import ApiKeys
 from handrail.mcp import GatedServer, fixed_principal
 from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
 from handrail.mcp.http import http_app
+from handrail.mcp.keys import ApiKeys
 from mcp import Client
 
 TOOL = "bench.echo"

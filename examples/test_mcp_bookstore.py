@@ -95,6 +95,7 @@ def test_the_sample_client_configuration_starts_the_server_for_the_inspector(
     server["env"]["PATH"] = os.environ.get("PATH", "")
     keyring = Path(server["args"][server["args"].index("--keyring") + 1])
     keyring.write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    keyring.chmod(0o600)
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"bookstore": server}}), encoding="utf-8")
     done = subprocess.run(  # noqa: S603 - our own pinned program, fixed arguments
@@ -168,6 +169,7 @@ def _serving_http(work: Path, env: dict[str, str]) -> Iterator[str]:
 def test_the_readme_http_commands_serve_the_inspector_with_a_key(tmp_path: Path) -> None:
     inspector = npm_program("mcp-inspector-cli")
     (tmp_path / "keys.txt").write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    (tmp_path / "keys.txt").chmod(0o600)
     env = {"PATH": os.environ.get("PATH", ""), "BOOKSTORE_DB": str(tmp_path / "bookstore.db")}
     created = _handrail(
         *("keys", "create", "--store", str(tmp_path / "mcp-bookstore.db")),

@@ -8,9 +8,10 @@ lines, invalid UTF-8, a lone surrogate, batches, wrong versions, unknown methods
 notifications, arguments that are not an object, a 100 000-character tool name,
 invalid params, a 2 MiB line, then the same gated attacks; the connection keeps
 serving throughout. (Lines the SDK cannot parse get no answer at all: it drops them,
-even when they carry an id, so a client waits for its own timeout.) Over Streamable HTTP: a garbled body, an 8 MiB body, a batch and a
-forged session id, and another session calling a hidden tool and forging identity,
-while a third client's session keeps working. Every tool records its runs (a list
+even when they carry an id, so a client waits for its own timeout.) Over Streamable
+HTTP: a garbled body, an 8 MiB body, a batch and a forged session id, and another
+session calling a hidden tool and forging identity, while a third client's session
+keeps working. Every tool records its runs (a list
 in-process, a file behind stdio), so "nothing ran" is read, not assumed.
 """
 
@@ -33,11 +34,11 @@ from starlette.types import ASGIApp
 from _mcp_counting import RUNS_ENV, tools
 from _mcp_http import WAIT_S, client, running
 from handrail import ErrorCode, Handrail, Principal, Registry, WriteRefusedError
-from handrail.api_keys import ApiKeys
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer, fixed_principal
 from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
 from handrail.mcp.http import http_app
+from handrail.mcp.keys import ApiKeys
 from mcp import Client
 
 pytestmark = pytest.mark.anyio

@@ -24,11 +24,11 @@ from _mcp_counting import RUNS_ENV, build, tools
 from _mcp_http import running
 from _npm import npm_program
 from handrail import ErrorCode, Handrail, Principal, Registry
-from handrail.api_keys import ApiKeys
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
 from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
 from handrail.mcp.http import http_app
+from handrail.mcp.keys import ApiKeys
 from handrail.shaping.marking import read_block
 
 ROOT = Path(__file__).resolve().parents[2]
