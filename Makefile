@@ -68,13 +68,14 @@ system-packages:
 NPM_DIR := $(TOOLS)/npm
 NPM_STAMP := $(NPM_DIR)/.installed
 $(NPM_STAMP): mcp-tools/package.json mcp-tools/package-lock.json
+	@echo "installing the pinned MCP Inspector CLI and MCP servers into $(NPM_DIR)"
 	@mkdir -p $(NPM_DIR)
 	cp mcp-tools/package.json mcp-tools/package-lock.json $(NPM_DIR)/
 	npm ci --prefix $(NPM_DIR) --ignore-scripts --no-audit --no-fund --loglevel=error
 	@touch $@
 
 npm-tools:
-	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(NPM_STAMP); \
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory -s $(NPM_STAMP); \
 	else echo "warning: npm missing; install Node.js 20+ (the MCP Inspector and npm MCP server tests will skip)"; fi
 
 lock: $(UV)
