@@ -60,8 +60,8 @@ def test_a_refusal_is_an_error_with_its_stable_code_in_the_structured_part() -> 
 
 def test_a_non_finite_number_reads_as_null_in_both_shapes() -> None:
     result = call_result(_ok({"x": math.nan}), MARKER)
-    assert result.structured_content is not None
-    assert result.structured_content["data"] == {"x": None}
+    wire = json.loads(result.model_dump_json(by_alias=True))
+    assert wire["structuredContent"]["data"] == {"x": None}
     read = read_block(result.content[0].text)
     assert read is not None
     assert json.loads(read.body)["data"] == {"x": None}

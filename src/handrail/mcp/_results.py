@@ -24,11 +24,24 @@ __all__ = ["call_result"]
 
 def call_result(envelope: Envelope, marker: DataMarker) -> types.CallToolResult:
     """The CallToolResult of one envelope, its text marked as untrusted data."""
+    text = marker.mark(envelope)
+    # The marked body is the envelope's JSON: only when it escaped a lone surrogate does
+    # the model dict hold a string that cannot go out as UTF-8 (the rare, slow case).
+    content = structured(envelope) if _SURROGATE_ESCAPE.search(text) else _model_dict(envelope)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=marker.mark(envelope))],
-        structured_content=structured(envelope),
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=content,
         is_error=envelope.error is not None,
     )
+
+
+def _model_dict(envelope: Envelope) -> dict[str, Any]:
+    """`envelope.to_model_dict()`, whose values are JSON already (shaping made them so).
+
+    On the wire the SDK writes a NaN or infinity that slipped into `data` as null, as
+    `envelope_json` does for the text: both shapes read the same.
+    """
+    return envelope.to_model_dict()
 
 
 def structured(envelope: Envelope) -> dict[str, Any]:

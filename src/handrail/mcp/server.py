@@ -137,7 +137,7 @@ class GatedServer:
         self._principal = principal
         self._confirm_url = confirm_url
         self._command_id = command_id
-        self._new_id = new_id or _uuid
+        self._new_id = new_id or _call_ids()
         self._marker = marker or DataMarker()
         self._elicitation_timeout = elicitation_timeout
         self._timeout = timeout
@@ -150,6 +150,7 @@ class GatedServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self._subscriptions_listen,
+            get_tool_input_schema=_no_header_parameters,
         )
         # 2026-era confirmation offers travel as InputRequiredResult: their request state
         # (a plan id) is sealed, bound to the request, this server and the principal.
@@ -383,8 +384,26 @@ class GatedServer:
 _MAX_EXPOSURES: Final = 1024
 
 
-def _uuid() -> str:
-    return uuid.uuid4().hex
+def _no_header_parameters(name: str) -> None:
+    """No tool's schema for `Mcp-Param-*` header checks: the gate reads only the body.
+
+    The SDK would otherwise run the tools/list handler on every HTTP tools/call to find
+    the schema, outside any caller's scope. Arguments reach a tool only from the
+    request body, through the gate's checks; headers that claim to mirror them are
+    never read, so there is nothing for them to contradict.
+    """
+    del name
+
+
+def _call_ids() -> Callable[[], str]:
+    """Unique parts of call ids: a random prefix per server, then a counter.
+
+    As unique as a uuid per call (the prefix is 64 random bits) at a fraction of the
+    cost on the hot path.
+    """
+    prefix = uuid.uuid4().hex[:16]
+    counter = itertools.count(1)
+    return lambda: f"{prefix}{next(counter):x}"
 
 
 def _unidentified(call: ToolCall) -> Envelope:
