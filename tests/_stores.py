@@ -38,6 +38,7 @@ STORE_TABLES = (
     "run_entries",
     "conversations",
     "conversation_turns",
+    "mcp_pins",
 )
 
 RACE_TIMEOUT_S = 60.0

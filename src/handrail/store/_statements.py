@@ -25,6 +25,7 @@ from handrail.store._rows import RAW_LISTED as _RAW_LISTED
 from handrail.store._tables import (
     conversations,
     executions,
+    mcp_pins,
     plan_approvals,
     plan_nonces,
     plans,
@@ -282,3 +283,4 @@ class Statements:
         self.claim_execution = claim_statement(dialect)
         self.insert_run = _ignoring_conflict(dialect, runs)
         self.insert_conversation = _ignoring_conflict(dialect, conversations)
+        self.insert_pin = _ignoring_conflict(dialect, mcp_pins)
