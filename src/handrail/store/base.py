@@ -25,7 +25,7 @@ __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state: audit, plans, nonces, approvals, executions, raw results, runs, chats, pins."""
+    """Durable state: audit, plans, nonces, approvals, executions, raw results, runs, pins."""
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
