@@ -27,6 +27,7 @@ import httpx2
 import mcp_types as types
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HttpUpstream",
+    "InProcessUpstream",
     "StdioUpstream",
     "Upstream",
     "UpstreamError",
@@ -55,7 +57,7 @@ _STOP_GRACE = 2.0
 _STDERR_TAIL = 4096
 _LIST_PAGES = 100
 
-Reason = Literal["timeout", "unavailable", "oversize", "protocol"]
+Reason = Literal["timeout", "unavailable", "oversize", "protocol", "disabled"]
 
 
 class UpstreamError(ConnectionError):
@@ -103,7 +105,14 @@ class HttpUpstream:
             raise ConfigurationError("an upstream URL starts with http:// or https://")
 
 
-UpstreamTarget = StdioUpstream | HttpUpstream
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InProcessUpstream:
+    """An SDK server object in this process (embedding and tests; no size bound applies)."""
+
+    server: Server[Any]
+
+
+UpstreamTarget = StdioUpstream | HttpUpstream | InProcessUpstream
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,10 +211,21 @@ class Upstream:
         return await self._list(client, timeout)
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any], *, timeout: float
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float,
+        precheck: Callable[[], bool] | None = None,
     ) -> UpstreamResult:
-        """Call one tool and wait at most `timeout` seconds for its answer."""
+        """Call one tool and wait at most `timeout` seconds for its answer.
+
+        `precheck` runs once connected, right before the request is sent (after a new
+        connection's `on_connect`); False refuses the call with reason `disabled`.
+        """
         client = await self._connected(timeout)
+        if precheck is not None and not precheck():
+            raise UpstreamError("disabled", f"{name!r} may not be called now", sent=False)
         try:
             with anyio.fail_after(max(timeout, 0.001)):
                 result = await client.call_tool(name, dict(arguments), read_timeout_seconds=timeout)
@@ -302,7 +322,9 @@ class Upstream:
     async def _own(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         """Hold the SDK client open in this task until `stop` (or the connection dies)."""
         try:
-            async with Client(self._transport(), mode="auto", cache=None) as client:
+            target = self.target
+            server = target.server if isinstance(target, InProcessUpstream) else self._transport()
+            async with Client(server, mode="auto", cache=None) as client:
                 ready.set_result(client)
                 await stop.wait()
         except Exception as exc:  # noqa: BLE001 - reported to whoever waits, never raised here
@@ -333,6 +355,7 @@ class Upstream:
         target = self.target
         if isinstance(target, StdioUpstream):
             return self._stdio(target)
+        assert isinstance(target, HttpUpstream)  # noqa: S101 - in-process targets need none
         http = httpx2.AsyncClient(
             headers=dict(target.headers),
             timeout=httpx2.Timeout(30.0, read=300.0),
