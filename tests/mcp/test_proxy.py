@@ -1,0 +1,154 @@
+"""An upstream's tools, imported through the proxy, are ordinary tools behind the Gate.
+
+They live in their own namespace with the policy's risk and permissions; reads answer
+the upstream's result as untrusted data; writes are planned and confirmed first; the
+policy's `unlisted` setting decides whether an unnamed tool is hidden or a confirmed
+write; a new tool waits for approval unless the operator said otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _proxying import ALICE, proxied
+
+from handrail.calls import ToolCall
+from handrail.envelope import Trust
+from handrail.errors import ErrorCode
+from handrail.mcp.pins import PinStatus
+from handrail.principal import Principal
+from handrail.spec import ConfirmationMode, RiskLevel, SideEffect
+
+pytestmark = pytest.mark.anyio
+
+
+def _call(name: str, arguments: str = "{}", call_id: str = "c1") -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+async def test_the_named_tools_are_imported_in_their_namespace_with_the_policys_rules(
+    tmp_path: Path,
+) -> None:
+    async with proxied(tmp_path / "up") as (proxy, app):
+        assert proxy.served == (
+            "books.crash",
+            "books.flood",
+            "books.inject",
+            "books.lookup",
+            "books.notes_add",
+            "books.wait",
+        )
+        lookup = app.registry.get("books.lookup").spec
+        assert lookup.risk is RiskLevel.L1_INTERNAL_READ
+        assert lookup.permissions == {"books.read"}
+        assert lookup.owner == "mcp:books"
+        assert lookup.input_schema["properties"] == {"book_id": {"type": "string", "maxLength": 20}}
+        notes = app.registry.get("books.notes_add").spec
+        assert notes.side_effect is SideEffect.EXTERNAL_WRITE
+        assert notes.confirmation.mode is ConfirmationMode.CONFIRM
+        assert "books.wipe" not in app.registry  # unlisted, and the policy hides unlisted tools
+
+
+async def test_a_read_answers_the_upstreams_structured_result_as_untrusted_data(
+    tmp_path: Path,
+) -> None:
+    async with proxied(tmp_path / "up") as (_, app):
+        envelope = await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)
+
+    assert envelope.status == "ok"
+    assert envelope.data == {"book_id": "b1", "title": "Dune", "stock": 3}
+    assert envelope.trust is Trust.UNTRUSTED
+    assert envelope.source_label == "tool:books.lookup"
+
+
+async def test_arguments_are_checked_against_the_pinned_schema_before_the_upstream_is_asked(
+    tmp_path: Path,
+) -> None:
+    async with proxied(tmp_path / "up") as (_, app):
+        envelope = await app.handle(_call("books.lookup", '{"book_id": 7}'), ALICE)
+
+    assert envelope.error_type is ErrorCode.INVALID_ARGUMENTS
+
+
+async def test_an_upstream_is_error_answer_is_a_final_failure_of_the_tool(tmp_path: Path) -> None:
+    async with proxied(tmp_path / "up") as (_, app):
+        envelope = await app.handle(_call("books.lookup", '{"book_id": "missing"}'), ALICE)
+
+    assert envelope.error_type is ErrorCode.FAILED_FINAL
+    assert envelope.trust is Trust.UNTRUSTED  # the upstream's own words
+
+
+async def test_a_caller_without_the_policys_permission_is_refused_before_the_upstream_runs(
+    tmp_path: Path,
+) -> None:
+    reader = Principal(user_id="bob", tenant_id="acme", permissions=frozenset())
+    async with proxied(tmp_path / "up") as (_, app):
+        envelope = await app.handle(_call("books.lookup", '{"book_id": "b1"}'), reader)
+        exposed = {spec.name for spec in app.registry.exposed(reader)}
+
+    assert envelope.error_type is ErrorCode.PERMISSION_DENIED
+    assert "books.lookup" not in exposed
+
+
+async def test_a_write_needs_confirmation_and_runs_upstream_once_after_it(tmp_path: Path) -> None:
+    state = tmp_path / "up"
+    async with proxied(state) as (_, app):
+        envelope = await app.handle(_call("books.notes_add", '{"text": "hello"}'), ALICE)
+        assert envelope.error_type is ErrorCode.NEEDS_CONFIRMATION
+        assert not (state / "notes.txt").exists()
+        assert isinstance(envelope.data, dict)
+        plan_id = envelope.data["plan_id"]
+        token = await app.writes.issue_token(plan_id, ALICE)
+        await app.writes.confirm(plan_id, token.value, ALICE)
+        first = await app.writes.execute_plan(plan_id, ALICE)
+        again = await app.writes.execute_plan(plan_id, ALICE)
+
+    assert first.envelope.status == "ok"
+    assert again.envelope.status == "ok"
+    assert (state / "notes.txt").read_text() == "hello\n"
+
+
+async def test_unlisted_confirm_imports_an_unnamed_tool_as_a_write_that_needs_confirmation(
+    tmp_path: Path,
+) -> None:
+    from _proxying import policy  # noqa: PLC0415 - the variant of this test only
+
+    state = tmp_path / "up"
+    (state).mkdir()
+    (state / "notes.txt").write_text("keep\n")
+    async with proxied(state, rules=policy(unlisted="confirm")) as (_, app):
+        wipe = app.registry.get("books.wipe").spec
+        envelope = await app.handle(_call("books.wipe"), ALICE)
+
+    assert wipe.risk is RiskLevel.L3_HIGH_RISK_WRITE
+    assert wipe.side_effect is SideEffect.EXTERNAL_WRITE
+    assert envelope.error_type is ErrorCode.NEEDS_CONFIRMATION
+    assert (state / "notes.txt").read_text() == "keep\n"
+
+
+async def test_a_new_tool_waits_for_approval_unless_new_tools_are_approved(tmp_path: Path) -> None:
+    async with proxied(tmp_path / "up", approve_new=False) as (proxy, app):
+        report = await proxy.sync()
+        assert proxy.served == ()
+        assert {c.tool.name for c in report.pending} == {
+            "lookup",
+            "notes_add",
+            "inject",
+            "flood",
+            "crash",
+            "wait",
+        }
+        assert all(c.status is PinStatus.NEW for c in report.pending)
+        assert report.hidden == ("wipe",)
+        assert (await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)).error_type is (
+            ErrorCode.UNKNOWN_TOOL
+        )
+
+        lookup = next(c.tool for c in report.pending if c.tool.name == "lookup")
+        proxy.pins.approve("books", lookup, actor="ops")
+        await proxy.sync()
+
+        assert proxy.served == ("books.lookup",)
+        envelope = await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)
+        assert envelope.status == "ok"
