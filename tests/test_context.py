@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime
 
 import pytest
 
 from handrail import Principal, RiskLevel, ToolContext, tool
+from handrail.context import reporting_progress
 from handrail.credentials import (
     SecretAccessError,
     SecretAccessReason,
@@ -96,3 +98,33 @@ def test_the_secrets_of_a_context_cannot_be_swapped() -> None:
 def test_the_secrets_parameter_stays_out_of_the_model_facing_schema() -> None:
     assert set(lookup.spec.input_schema["properties"]) == {"customer"}
     assert lookup.spec.secrets == frozenset({"crm.api_key"})
+
+
+@pytest.mark.anyio
+async def test_progress_goes_nowhere_unless_a_host_listens() -> None:
+    ctx = _context()
+    await ctx.report_progress(1, 2, "half")  # nobody asked: nothing happens, nothing raises
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def reporter(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    with reporting_progress(reporter):
+        await ctx.report_progress(1, 2, "half")
+        await ctx.report_progress(2)
+    await ctx.report_progress(3)
+    assert heard == [(1, 2, "half"), (2, None, None)]
+
+
+@pytest.mark.anyio
+async def test_progress_follows_the_call_into_the_tasks_it_runs_in() -> None:
+    ctx = _context()
+    heard: list[float] = []
+
+    async def reporter(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(progress)
+
+    with reporting_progress(reporter):
+        await asyncio.create_task(ctx.report_progress(1))
+    await asyncio.create_task(ctx.report_progress(2))
+    assert heard == [1]

@@ -168,3 +168,65 @@ def test_a_tool_registered_again_under_its_name_is_looked_up_as_the_new_one() ->
     again = _read("t.read")
     registry.register(again)
     assert registry.lookup("t.read", anyone) is again
+
+
+def test_listeners_hear_each_register_and_deregister_after_the_change_is_visible() -> None:
+    registry, sink = _registry()
+    heard: list[tuple[str, bool, int]] = []
+    registry.subscribe(lambda name: heard.append((name, name in registry, len(sink.events))))
+    registry.register(_read("shop.a"))
+    registry.deregister("shop.a")
+    # Each listener call sees the table already changed and the change already audited.
+    assert heard == [("shop.a", True, 1), ("shop.a", False, 2)]
+
+
+def test_a_refused_registration_is_not_announced() -> None:
+    registry, _ = _registry()
+    registry.register(_read("shop.a"))
+    heard: list[str] = []
+    registry.subscribe(heard.append)
+    with pytest.raises(DuplicateToolError):
+        registry.register(_read("shop_a"))
+    with pytest.raises(UnknownToolError):
+        registry.deregister("shop.b")
+    assert heard == []
+
+
+def test_unsubscribing_stops_the_calls_and_twice_does_nothing() -> None:
+    registry, _ = _registry()
+    heard: list[str] = []
+    unsubscribe = registry.subscribe(heard.append)
+    registry.register(_read("shop.a"))
+    unsubscribe()
+    unsubscribe()
+    registry.register(_read("shop.b"))
+    assert heard == ["shop.a"]
+
+
+def test_a_failing_listener_is_logged_and_neither_undoes_the_change_nor_stops_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry, _ = _registry()
+    heard: list[str] = []
+
+    def broken(name: str) -> None:
+        raise RuntimeError(name)
+
+    registry.subscribe(broken)
+    registry.subscribe(heard.append)
+    with caplog.at_level("ERROR", logger="handrail.declare.registry"):
+        registry.register(_read("shop.a"))
+    assert "shop.a" in registry
+    assert heard == ["shop.a"]
+    assert "a registry listener failed" in caplog.text
+
+
+def test_the_same_listener_subscribed_twice_is_called_twice_and_unsubscribed_once_each() -> None:
+    registry, _ = _registry()
+    heard: list[str] = []
+    first = registry.subscribe(heard.append)
+    registry.subscribe(heard.append)
+    registry.register(_read("shop.a"))
+    first()
+    registry.register(_read("shop.b"))
+    assert heard == ["shop.a", "shop.a", "shop.b"]

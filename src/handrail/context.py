@@ -7,8 +7,11 @@ secret value.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from handrail.clock import Clock
 from handrail.credentials import SecretAccessError, SecretAccessReason, Secrets
@@ -17,7 +20,27 @@ from handrail.principal import Principal
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["ToolContext"]
+__all__ = ["ProgressReporter", "ToolContext", "reporting_progress"]
+
+ProgressReporter: TypeAlias = Callable[[float, "float | None", "str | None"], Awaitable[None]]
+"""`(progress, total, message)`: where a running call's progress goes, if anywhere."""
+
+_PROGRESS: ContextVar[ProgressReporter | None] = ContextVar("handrail_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(reporter: ProgressReporter) -> Iterator[None]:
+    """Send the progress of calls handled inside this block to `reporter`.
+
+    The host side of `ToolContext.report_progress`: a face (the MCP server) wraps
+    `gate.handle` in it when its client asked for progress. A context variable, so
+    it follows the call into the tasks and threads the gate runs it in.
+    """
+    token = _PROGRESS.set(reporter)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +70,21 @@ class ToolContext:
     transaction: sa.Connection | None = None
     attempt: int = 1
     secrets: Secrets | None = None
+
+    async def report_progress(
+        self,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Tell whoever waits on this call how far it has got; nothing when nobody asked.
+
+        Advisory: `progress` should grow from call to call, `total` is the end when
+        known, `message` a short line for people (shown as the tool wrote it).
+        """
+        reporter = _PROGRESS.get()
+        if reporter is not None:
+            await reporter(progress, total, message)
 
     def remaining(self) -> float:
         """Seconds left before the deadline, never negative."""

@@ -10,6 +10,7 @@ its implementation, and never runs a tool.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +31,12 @@ from handrail.principal import Principal
 from handrail.record.audit import Auditor, AuditSink
 from handrail.spec import ToolSpec
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "RegistryListener"]
+
+RegistryListener = Callable[[str], None]
+"""Called with a tool's name after it was registered or deregistered."""
+
+_log = logging.getLogger(__name__)
 
 _FOLD = re.compile(r"[^a-z0-9]")
 
@@ -67,6 +73,27 @@ class Registry:
         # needs no call. Swapped after `_tools`; `lookup` trusts an entry only when it
         # is the very Tool `_tools` holds, so a reader between the two swaps is safe.
         self._open: MappingProxyType[str, Tool] = MappingProxyType({})
+        # Copied on write like the table, so notifying never holds the lock.
+        self._listeners: tuple[RegistryListener, ...] = ()
+
+    def subscribe(self, listener: RegistryListener) -> Callable[[], None]:
+        """Call `listener(name)` after every register and deregister; returns unsubscribe.
+
+        Listeners run in the thread that changed the registry, after the change is
+        visible and audited. One that raises is logged and does not undo the change or
+        keep the others from running. Unsubscribing twice does nothing.
+        """
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                kept = list(self._listeners)
+                if listener in kept:
+                    kept.remove(listener)
+                    self._listeners = tuple(kept)
+
+        return unsubscribe
 
     def register(self, tool: Tool, *, actor: str = "system") -> ToolSpec:
         """Add a tool. Refuses a name that equals or folds to a registered one."""
@@ -94,6 +121,7 @@ class Registry:
             for key, value in sorted(tool.spec.business_values.items())
         ]
         self._audit("register", "accepted", tool.spec, actor, None, *declared)
+        self._notify(name)
         return tool.spec
 
     def deregister(self, name: str, *, actor: str = "system") -> Tool:
@@ -107,6 +135,7 @@ class Registry:
             if name in self._open:
                 self._open = MappingProxyType({n: t for n, t in self._open.items() if n != name})
         self._audit("deregister", "removed", removed.spec, actor, None)
+        self._notify(name)
         return removed
 
     def get(self, name: str) -> Tool:
@@ -171,6 +200,14 @@ class Registry:
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._tools))
+
+    def _notify(self, name: str) -> None:
+        """Tell every listener that `name` changed; a failing listener is only logged."""
+        for listener in self._listeners:
+            try:
+                listener(name)
+            except Exception:  # noqa: BLE001 - the change is made; a listener cannot undo it
+                _log.exception("a registry listener failed after a change of %r", name)
 
     def _audit(
         self,

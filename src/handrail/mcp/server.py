@@ -1,0 +1,364 @@
+"""GatedServer: a Handrail application's registry served as MCP tools, through the Gate.
+
+`tools/list` is `registry.exposed(principal)`; every `tools/call` is one `gate.handle`
+(the four checks, the risk decision, a plan for a write, shaping) and its envelope
+mapped to a CallToolResult. Who calls comes from a PrincipalSource, never from the
+request's arguments; with no principal nothing is listed and nothing runs. The SDK's
+low-level server does the protocol; this module adds no protocol code of its own.
+
+Beyond list and call: `notifications/tools/list_changed` after every registry change,
+progress notifications for tools that report progress (when the client asked),
+cancellation of a running call (the SDK cancels the handler; the gate and the write
+rules decide what that means), and, for a write that needs confirmation, a URL-mode
+elicitation offering the application's confirmation page where the client supports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any, Final, TypeAlias
+
+import anyio
+import mcp_types as types
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+
+from handrail.app import Handrail
+from handrail.calls import ToolCall
+from handrail.context import ProgressReporter, reporting_progress
+from handrail.declare.exposure import Exposure
+from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
+from handrail.errors import ErrorCode
+from handrail.mcp._definitions import tool_definitions
+from handrail.mcp._results import call_result
+from handrail.principal import Principal
+from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
+from handrail.text import escape_lone_surrogates
+
+__all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
+
+PrincipalSource: TypeAlias = Callable[[], Principal | None]
+"""Who is calling, asked once per request; None refuses the request and runs nothing."""
+
+PROVIDER: Final = "mcp"
+"""The `provider` of every ToolCall built from a `tools/call`."""
+
+_MAX_NAME: Final = 128
+_MAX_PROGRESS_MESSAGE: Final = 200
+_ELICITATION_TIMEOUT: Final = 300.0
+_CONFIRMATION_CODES: Final = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
+_NO_PRINCIPAL: Final = (
+    "The caller could not be identified, so nothing was run. Ask the operator to "
+    "configure who this server acts for."
+)
+
+
+def fixed_principal(principal: Principal) -> PrincipalSource:
+    """The PrincipalSource of a server that always acts for one principal (stdio)."""
+
+    def source() -> Principal:
+        return principal
+
+    return source
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, announcing that its tool list can change."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The SDK's options, with `tools.listChanged` on unless told otherwise."""
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class GatedServer:
+    """An MCP server over one Handrail application: every call through its gate.
+
+    `principal` is asked on every request (over stdio `fixed_principal(...)`, over
+    HTTP the authenticated caller). `confirm_url(plan_id)` is the address of the
+    application's confirmation page for a plan; when given, a client that supports
+    URL-mode elicitation is offered it for a write that needs confirmation (the
+    answer never carries a token either way). `command_id(ctx)` gives the host's id
+    of the user's intent behind a request, the key of an unconfirmed COMMAND_ID write
+    (never read from the arguments, which the model writes); without it such writes
+    are refused RISK_BLOCKED. `new_id` draws the unique part of each call id (a random
+    uuid by default); `marker` marks result text as data.
+    """
+
+    def __init__(
+        self,
+        app: Handrail,
+        *,
+        principal: PrincipalSource,
+        name: str = "handrail",
+        confirm_url: Callable[[str], str] | None = None,
+        command_id: Callable[[ServerRequestContext[Any]], str | None] | None = None,
+        version: str = "",
+        instructions: str | None = MODEL_INSTRUCTIONS,
+        new_id: Callable[[], str] | None = None,
+        marker: DataMarker | None = None,
+        elicitation_timeout: float = _ELICITATION_TIMEOUT,
+    ) -> None:
+        self._app = app
+        self._principal = principal
+        self._confirm_url = confirm_url
+        self._command_id = command_id
+        self._new_id = new_id or _uuid
+        self._marker = marker or DataMarker()
+        self._elicitation_timeout = elicitation_timeout
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus)
+        self._server = _Server(
+            name,
+            version=version,
+            instructions=instructions,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self._subscriptions_listen,
+        )
+        self._server.add_notification_handler(
+            "notifications/initialized",
+            types.NotificationParams,
+            self._initialized,
+        )
+        # Handshake-era connections, each with the loop it is served on; a closed one
+        # is dropped with its last reference.
+        self._connections: weakref.WeakKeyDictionary[Connection, asyncio.AbstractEventLoop] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Exposure of each (tenant, permissions), valid for one registry generation.
+        self._generation = 0
+        self._exposures: dict[tuple[str, frozenset[str]], tuple[int, Exposure]] = {}
+        self._unsubscribe = app.registry.subscribe(self._registry_changed)
+
+    @property
+    def lowlevel(self) -> Server[Any]:
+        """The SDK server object, for a transport (stdio, Streamable HTTP, in-memory)."""
+        return self._server
+
+    @property
+    def app(self) -> Handrail:
+        """The application whose gate every call goes through."""
+        return self._app
+
+    async def run_stdio(self) -> None:
+        """Serve one client over this process's stdin and stdout until it hangs up."""
+        async with stdio_server() as (read_stream, write_stream):
+            await self._server.run(
+                read_stream,
+                write_stream,
+                self._server.create_initialization_options(),
+            )
+
+    def close(self) -> None:
+        """Stop following the registry and end open `subscriptions/listen` streams."""
+        self._unsubscribe()
+        self._listen.close()
+
+    # --- tools/list ------------------------------------------------------------------------------
+
+    async def _list_tools(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.PaginatedRequestParams | None,
+    ) -> types.ListToolsResult:
+        """The tools this principal may see, all on one page; none without a principal."""
+        del ctx, params  # one page holds every tool; the caller is the principal source's
+        self._loops.add(asyncio.get_running_loop())
+        principal = self._principal()
+        if principal is None:
+            return types.ListToolsResult(tools=[])
+        return types.ListToolsResult(tools=tool_definitions(self._exposure(principal).included))
+
+    # --- tools/call ------------------------------------------------------------------------------
+
+    async def _call_tool(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+    ) -> types.CallToolResult:
+        """One call through the gate, as the principal of this request."""
+        self._loops.add(asyncio.get_running_loop())
+        call = ToolCall(
+            id=f"{PROVIDER}-{ctx.request_id}-{self._new_id()}",
+            name=params.name,
+            arguments=params.arguments,
+            provider=PROVIDER,
+        )
+        principal = self._principal()
+        if principal is None:
+            return call_result(_unidentified(call), self._marker)
+        exposure = self._exposure(principal)
+        async with AsyncExitStack() as stack:
+            if progress_token_from_params(ctx.params) is not None:
+                stack.enter_context(reporting_progress(_progress_to(ctx)))
+            envelope = await self._app.gate.handle(
+                call,
+                principal,
+                exposure=exposure,
+                command_id=None if self._command_id is None else self._command_id(ctx),
+            )
+        if envelope.error_type in _CONFIRMATION_CODES:
+            await self._offer_confirmation(ctx, envelope)
+        return call_result(envelope, self._marker)
+
+    def _exposure(self, principal: Principal) -> Exposure:
+        """What this principal is shown, remembered until the registry changes."""
+        key = (principal.tenant_id, principal.permissions)
+        generation = self._generation
+        cached = self._exposures.get(key)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        exposure = self._app.registry.exposure(principal)
+        if len(self._exposures) >= _MAX_EXPOSURES:
+            self._exposures.clear()
+        self._exposures[key] = (generation, exposure)
+        return exposure
+
+    async def _offer_confirmation(self, ctx: ServerRequestContext[Any], envelope: Envelope) -> None:
+        """Offer the plan's confirmation page by URL-mode elicitation, where it can be.
+
+        Only with a `confirm_url`, on a connection that may send requests, to a client
+        that declared URL-mode elicitation. The answer (accept, decline, cancel, or none
+        in time) changes nothing: confirming happens on the page, as the person who
+        holds the principal, and the result the client gets is the plan either way.
+        """
+        plan_id = _plan_id(envelope)
+        if self._confirm_url is None or plan_id is None or not _takes_url_elicitation(ctx):
+            return
+        message = (
+            "A write was planned and needs your confirmation before it runs. Open the "
+            "page to review what it will do and confirm or reject it."
+        )
+        with anyio.move_on_after(self._elicitation_timeout):
+            try:
+                await ctx.session.elicit_url(
+                    message,
+                    self._confirm_url(plan_id),
+                    plan_id,
+                    related_request_id=ctx.request_id,
+                )
+            except Exception:  # noqa: BLE001 - advisory: the plan stands, whatever the client says
+                return
+
+    # --- list_changed ----------------------------------------------------------------------------
+
+    async def _subscriptions_listen(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.SubscriptionsListenRequestParams,
+    ) -> types.SubscriptionsListenResult:
+        """A 2026-era client's stream of change events, served by the SDK's handler."""
+        self._loops.add(asyncio.get_running_loop())
+        return await self._listen(ctx, params)
+
+    async def _initialized(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.NotificationParams,
+    ) -> None:
+        """Remember a handshake-era connection, to tell it when the tool list changes."""
+        del params
+        loop = asyncio.get_running_loop()
+        self._loops.add(loop)
+        connection = _connection_of(ctx)
+        if connection is not None:
+            self._connections[connection] = loop
+
+    def _registry_changed(self, name: str) -> None:
+        """A tool was registered or deregistered (any thread): forget exposures, tell clients."""
+        del name
+        self._generation += 1
+        self._exposures.clear()
+        for loop in list(self._loops):
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._announce, loop)
+
+    def _announce(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On `loop`: send list_changed to its connections and to `subscriptions/listen`."""
+        connections = [c for c, served in list(self._connections.items()) if served is loop]
+        task = loop.create_task(self._send_list_changed(connections))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_list_changed(self, connections: list[Connection]) -> None:
+        await self._bus.publish(ToolsListChanged())
+        for connection in connections:
+            await connection.send_tool_list_changed()  # best effort: never raises
+
+
+_MAX_EXPOSURES: Final = 1024
+
+
+def _uuid() -> str:
+    return uuid.uuid4().hex
+
+
+def _unidentified(call: ToolCall) -> Envelope:
+    """The refusal of a call whose caller is unknown: nothing looked up, nothing run."""
+    return Envelope(
+        call_id=call.id,
+        tool=escape_lone_surrogates(call.name[:_MAX_NAME]),
+        status=Status.ERROR,
+        summary=_NO_PRINCIPAL,
+        error=ErrorDetail(code=ErrorCode.PERMISSION_DENIED),
+        trust=Trust.HANDRAIL,
+        source=HANDRAIL_SOURCE,
+    )
+
+
+def _plan_id(envelope: Envelope) -> str | None:
+    data = envelope.data
+    if isinstance(data, Mapping):
+        found = data.get("plan_id")
+        if isinstance(found, str):
+            return found
+    return None
+
+
+def _takes_url_elicitation(ctx: ServerRequestContext[Any]) -> bool:
+    session = ctx.session
+    if not session.can_send_request:
+        return False
+    capabilities = session.client_capabilities
+    elicitation = None if capabilities is None else capabilities.elicitation
+    return elicitation is not None and elicitation.url is not None
+
+
+def _progress_to(ctx: ServerRequestContext[Any]) -> ProgressReporter:
+    """A ProgressReporter sending this request's progress notifications."""
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        text = None if message is None else message[:_MAX_PROGRESS_MESSAGE]
+        await ctx.session.report_progress(progress, total, text)
+
+    return report
+
+
+def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
+    """The connection a request came on.
+
+    The SDK gives handlers a per-request session, which holds its connection but
+    does not show it; it is the only handle on a client's standalone channel.
+    """
+    found = getattr(ctx.session, "_connection", None)
+    return found if isinstance(found, Connection) else None
