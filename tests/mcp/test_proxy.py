@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mcp_types as types
 import pytest
 from _proxying import ALICE, proxied
 
@@ -18,6 +19,7 @@ from handrail.envelope import Trust
 from handrail.errors import ErrorCode
 from handrail.mcp.pins import PinStatus
 from handrail.principal import Principal
+from handrail.shaping.marking import read_block
 from handrail.spec import ConfirmationMode, RiskLevel, SideEffect
 
 pytestmark = pytest.mark.anyio
@@ -152,3 +154,42 @@ async def test_a_new_tool_waits_for_approval_unless_new_tools_are_approved(tmp_p
         assert proxy.served == ("books.lookup",)
         envelope = await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)
         assert envelope.status == "ok"
+
+
+async def test_the_imported_tools_are_served_onward_through_a_gated_server(tmp_path: Path) -> None:
+    from handrail.mcp import GatedServer, fixed_principal  # noqa: PLC0415 - loads the SDK
+    from mcp import Client  # noqa: PLC0415
+
+    async with proxied(tmp_path / "up") as (_, app):
+        server = GatedServer(app, principal=fixed_principal(ALICE), name="firewall")
+        async with Client(server.lowlevel, mode="legacy") as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            read = await client.call_tool("books.lookup", {"book_id": "b1"})
+            write = await client.call_tool("books.notes_add", {"text": "hi"})
+        server.close()
+
+    assert set(listed) == {
+        "books.crash",
+        "books.flood",
+        "books.inject",
+        "books.lookup",
+        "books.notes_add",
+        "books.wait",
+    }
+    lookup = listed["books.lookup"].annotations
+    assert lookup is not None
+    assert lookup.read_only_hint is True
+    notes = listed["books.notes_add"].annotations
+    assert notes is not None
+    assert notes.read_only_hint is False
+    assert read.is_error is False
+    assert isinstance(read.structured_content, dict)
+    assert read.structured_content["data"] == {"book_id": "b1", "title": "Dune", "stock": 3}
+    [block] = read.content
+    assert isinstance(block, types.TextContent)
+    marked = read_block(block.text)
+    assert marked is not None
+    assert marked.source == "tool:books.lookup"
+    assert isinstance(write.structured_content, dict)
+    assert write.structured_content["error_type"] == ErrorCode.NEEDS_CONFIRMATION
+    assert not (tmp_path / "up" / "notes.txt").exists()
