@@ -12,8 +12,8 @@ from pathlib import Path
 
 import mcp_types as types
 import pytest
-from _proxying import ALICE, proxied
 
+from _mcp_proxying import ALICE, proxied
 from handrail.calls import ToolCall
 from handrail.envelope import Trust
 from handrail.errors import ErrorCode
@@ -114,7 +114,7 @@ async def test_a_write_needs_confirmation_and_runs_upstream_once_after_it(tmp_pa
 async def test_unlisted_confirm_imports_an_unnamed_tool_as_a_write_that_needs_confirmation(
     tmp_path: Path,
 ) -> None:
-    from _proxying import policy  # noqa: PLC0415 - the variant of this test only
+    from _mcp_proxying import policy  # noqa: PLC0415 - the variant of this test only
 
     state = tmp_path / "up"
     (state).mkdir()

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _upstream import build_server
 
+from _mcp_upstream import build_server
 from handrail import Handrail
 from handrail.declare.registry import Registry
 from handrail.mcp.pins import PinBook
@@ -21,7 +21,7 @@ from handrail.principal import Principal
 from handrail.store import MemoryStore
 from handrail.writes.confirmation import Keyring
 
-UPSTREAM_SCRIPT = Path(__file__).with_name("_upstream.py")
+UPSTREAM_SCRIPT = Path(__file__).with_name("_mcp_upstream.py")
 KEYS = Keyring.new_key_text("k1", token_bytes=lambda n: b"k" * n)
 
 ALICE = Principal(

@@ -1,6 +1,6 @@
 """A small upstream MCP server for the proxy tests, built with the official SDK.
 
-Run it as a subprocess (`python tests/mcp/_upstream.py [switches]`) or connect to
+Run it as a subprocess (`python tests/_mcp_upstream.py [switches]`) or connect to
 `build_server(...)` in process. Its tools misbehave on request, so each way an upstream
 can fail is a real one:
 
