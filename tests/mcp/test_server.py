@@ -7,6 +7,7 @@ wait is bounded by WAIT, which only a real bug trips.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +29,10 @@ from handrail import (
     tool,
 )
 from handrail.app import MEMORY
+from handrail.envelope import Envelope, Status
 from handrail.events import AuditEvent, CallRecord
 from handrail.mcp import GatedServer, fixed_principal
+from handrail.mcp import server as server_module
 from handrail.shaping.marking import read_block
 from mcp import Client
 
@@ -252,6 +255,34 @@ async def test_without_the_capability_no_elicitation_is_sent(app: Handrail) -> N
     assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
 
 
+async def test_a_failed_elicitation_changes_nothing(app: Handrail) -> None:
+    async def elicit(
+        ctx: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ErrorData:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="no browser here")
+
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("lib.order_book", {"title": "Dune"})
+    assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
+
+
+async def test_a_2026_connection_is_not_sent_a_server_request(app: Handrail) -> None:
+    asked: list[object] = []
+
+    async def elicit(
+        ctx: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+
+    server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=elicit) as client:
+        result = await client.call_tool("lib.order_book", {"title": "Dune"})
+    assert _structured(result)["error_type"] == "NEEDS_CONFIRMATION"
+    assert asked == []
+
+
 # --- list_changed -----------------------------------------------------------------------------
 
 
@@ -312,6 +343,36 @@ async def test_a_closed_server_stops_following_the_registry(app: Handrail) -> No
     server.close()
     app.registry.register(_extra_tool())
     assert server._generation == 0
+
+
+async def test_exposures_are_remembered_per_tenant_and_permissions_and_bounded(
+    app: Handrail, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "_MAX_EXPOSURES", 2)
+    server = _server(app)
+    assert server.app is app
+    first = server._exposure(ALICE)
+    assert server._exposure(Principal(user_id="bob", tenant_id="t1")) is first
+    server._exposure(ANN)
+    server._exposure(Principal(user_id="cy", tenant_id="t2"))
+    assert len(server._exposures) <= 2
+    assert server._exposure(ALICE) is not first
+
+
+async def test_a_change_skips_a_loop_that_has_closed(app: Handrail) -> None:
+    server = _server(app)
+    loop = asyncio.new_event_loop()
+    loop.close()
+    server._loops.add(loop)
+    app.registry.register(_extra_tool())
+    assert server._generation == 1
+
+
+def test_only_a_plan_has_a_plan_id() -> None:
+    plain = Envelope(call_id="c", tool="t", status=Status.OK, summary="s", data=["x"])
+    odd = Envelope(call_id="c", tool="t", status=Status.OK, summary="s", data={"plan_id": 7})
+    assert server_module._plan_id(plain) is None
+    assert server_module._plan_id(odd) is None
 
 
 # --- progress and cancellation ----------------------------------------------------------------

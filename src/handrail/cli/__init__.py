@@ -19,6 +19,7 @@ from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry
 from handrail.cli._conversations import conversations_app
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
+from handrail.cli._mcp import mcp_app
 from handrail.cli._plans import plans_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
@@ -47,6 +48,7 @@ app.add_typer(raw_app, name="raw")
 app.add_typer(runs_app, name="runs")
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(plans_app, name="plans")
+app.add_typer(mcp_app, name="mcp")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)
