@@ -18,6 +18,7 @@ from handrail.calls import ToolCall
 from handrail.envelope import Trust
 from handrail.errors import ErrorCode
 from handrail.mcp.pins import PinStatus
+from handrail.mcp.proxy import as_draft_2020
 from handrail.principal import Principal
 from handrail.shaping.marking import read_block
 from handrail.spec import ConfirmationMode, RiskLevel, SideEffect
@@ -193,3 +194,35 @@ async def test_the_imported_tools_are_served_onward_through_a_gated_server(tmp_p
     assert isinstance(write.structured_content, dict)
     assert write.structured_content["error_type"] == ErrorCode.NEEDS_CONFIRMATION
     assert not (tmp_path / "up" / "notes.txt").exists()
+
+
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+
+
+def test_a_draft_07_schema_whose_keywords_mean_the_same_is_read_as_draft_2020_12() -> None:
+    schema = {
+        "$schema": DRAFT_07,
+        "type": "object",
+        "properties": {"dependencies": {"type": "array", "items": {"type": "string"}}},
+    }
+
+    assert as_draft_2020(schema) == {
+        "type": "object",
+        "properties": {"dependencies": {"type": "array", "items": {"type": "string"}}},
+    }
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"type": "array", "items": [{"type": "string"}]},
+        {"type": "array", "items": {"type": "string"}, "additionalItems": False},
+        {"type": "object", "dependencies": {"a": ["b"]}},
+    ],
+)
+def test_a_draft_07_schema_using_a_keyword_that_changed_meaning_is_left_to_be_refused(
+    changed: dict[str, object],
+) -> None:
+    schema = {"$schema": DRAFT_07, "type": "object", "properties": {"x": changed}}
+
+    assert as_draft_2020(schema) is schema

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ from handrail.mcp.pins import PinBook, PinCheck, PinStatus
 from handrail.mcp.policy import ToolRule, UpstreamPolicy
 from handrail.mcp.upstream import Upstream, UpstreamError, UpstreamTool
 
-__all__ = ["ImportReport", "McpProxy"]
+__all__ = ["ImportReport", "McpProxy", "UpstreamTimeout", "as_draft_2020"]
 
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _ACTOR = "mcp-proxy"
@@ -218,7 +218,7 @@ class McpProxy:
         return Tool.from_json_schema(
             name=self.full_name(name),
             description=description,
-            input_schema=listed.input_schema,
+            input_schema=as_draft_2020(listed.input_schema),
             fn=self._caller(name, definition_hash, writes=rule.writes),
             risk=rule.risk,
             side_effect=rule.side_effect,
@@ -254,6 +254,49 @@ class McpProxy:
             return result.value()
 
         return call
+
+
+_DRAFT_07 = frozenset(
+    {
+        "http://json-schema.org/draft-07/schema#",
+        "http://json-schema.org/draft-07/schema",
+        "https://json-schema.org/draft-07/schema#",
+        "https://json-schema.org/draft-07/schema",
+    },
+)
+_CHANGED_SINCE_07 = frozenset({"additionalItems", "dependencies", "$recursiveRef"})
+_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "definitions", "$defs"})
+
+
+def as_draft_2020(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Draft-07 input schema as the same Draft 2020-12 schema, where nothing changes meaning.
+
+    Many MCP servers still declare Draft 07 (zod-to-json-schema). Its common subset
+    means the same in 2020-12; a schema using a keyword whose meaning changed (`items`
+    as an array, `additionalItems`, `dependencies`) is left as it is and refused at
+    registration. Only `$schema` is dropped: the pin keeps what the upstream listed.
+    """
+    if schema.get("$schema") not in _DRAFT_07 or _uses_changed(schema):
+        return schema
+    return {key: value for key, value in schema.items() if key != "$schema"}
+
+
+def _uses_changed(value: object) -> bool:
+    """Whether a schema (any subschema) uses a keyword whose meaning changed after 07."""
+    if isinstance(value, list):
+        return any(_uses_changed(v) for v in value)
+    if not isinstance(value, Mapping):
+        return False
+    if _CHANGED_SINCE_07 & value.keys() or isinstance(value.get("items"), list):
+        return True
+    for key, sub in value.items():
+        if key in _NAMED_SUBSCHEMAS and isinstance(sub, Mapping):
+            # Keys here are names (a property may be called "dependencies"), not keywords.
+            if any(_uses_changed(v) for v in sub.values()):
+                return True
+        elif _uses_changed(sub):
+            return True
+    return False
 
 
 def _disabled() -> ToolFailed:
