@@ -1,6 +1,7 @@
 """A small upstream MCP server for the proxy tests, built with the official SDK.
 
-Run it as a subprocess (`python tests/_mcp_upstream.py [switches]`) or connect to
+Run it as a subprocess (`python tests/_mcp_upstream.py [switches]`, over stdio, or over
+Streamable HTTP on 127.0.0.1 with `--http`: it prints its port first) or connect to
 `build_server(...)` in process. Its tools misbehave on request, so each way an upstream
 can fail is a real one:
 
@@ -127,14 +128,30 @@ async def _serve(state: Path, flood_bytes: int) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+async def _serve_http(state: Path, flood_bytes: int) -> None:
+    """Serve Streamable HTTP on 127.0.0.1, a free port, printed once it listens."""
+    import socket  # noqa: PLC0415 - the HTTP mode only
+
+    import uvicorn  # noqa: PLC0415
+
+    server = build_server(state, flood_bytes=flood_bytes)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    print(listener.getsockname()[1], flush=True)  # noqa: T201 - the port, for the test
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    await uvicorn.Server(config).serve(sockets=[listener])
+
+
 def main() -> None:
-    """Serve over stdio until stdin closes."""
+    """Serve over stdio until stdin closes (or over HTTP with --http until killed)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--flood-bytes", type=int, default=10_000_000)
+    parser.add_argument("--http", action="store_true")
     args = parser.parse_args()
     args.state.mkdir(parents=True, exist_ok=True)
-    anyio.run(_serve, args.state, args.flood_bytes)
+    anyio.run(_serve_http if args.http else _serve, args.state, args.flood_bytes)
 
 
 if __name__ == "__main__":

@@ -356,12 +356,25 @@ class Upstream:
         if isinstance(target, StdioUpstream):
             return self._stdio(target)
         assert isinstance(target, HttpUpstream)  # noqa: S101 - in-process targets need none
+        return self._http(target)
+
+    @contextlib.asynccontextmanager
+    async def _http(self, target: HttpUpstream) -> AsyncIterator[TransportStreams]:
+        """The SDK's Streamable HTTP transport over a client whose bodies are bounded."""
         http = httpx2.AsyncClient(
             headers=dict(target.headers),
             timeout=httpx2.Timeout(30.0, read=300.0),
             transport=_BoundedHttp(httpx2.AsyncHTTPTransport(), self._max, self._note_overflow),
         )
-        return streamable_http_client(target.url, http_client=http, max_sse_event_size=self._max)
+        async with (
+            http,
+            streamable_http_client(
+                target.url,
+                http_client=http,
+                max_sse_event_size=self._max,
+            ) as streams,
+        ):
+            yield streams
 
     def _note_overflow(self, detail: str) -> None:
         self._overflow = detail
