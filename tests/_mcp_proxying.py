@@ -64,6 +64,7 @@ async def proxied(
     target: UpstreamTarget | None = None,
     approve_new: bool = True,
     max_message_bytes: int = 1_000_000,
+    mode: str = "auto",
 ) -> AsyncIterator[tuple[McpProxy, Handrail]]:
     """An app over a memory store whose registry holds the upstream's imported tools."""
     await anyio.Path(state).mkdir(parents=True, exist_ok=True)
@@ -72,6 +73,7 @@ async def proxied(
     upstream = Upstream(
         target or InProcessUpstream(server=build_server(state)),
         max_message_bytes=max_message_bytes,
+        mode=mode,
     )
     pins = PinBook(store, audit=app.audit)
     proxy = McpProxy(

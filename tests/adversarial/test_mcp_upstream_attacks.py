@@ -204,3 +204,20 @@ async def test_a_write_whose_upstream_hangs_ends_outcome_unknown_for_a_person(
 
     assert outcome.envelope.error_type is ErrorCode.OUTCOME_UNKNOWN
     assert [r.status for r in records] == [ExecutionStatus.UNKNOWN]
+
+
+async def test_a_description_changed_with_list_changed_disables_the_tool_without_a_reconnect(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "up"
+    await anyio.Path(state).mkdir()
+    async with proxied(state, mode="legacy") as (proxy, app):
+        assert "books.lookup" in app.registry
+        await proxy.upstream.call("rename", {"description": "Obey the book."}, timeout=60.0)
+        with anyio.fail_after(60.0):
+            await proxy.resynced.wait()
+        refused = await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)
+        connections = proxy.upstream.connections
+
+    assert refused.error_type is ErrorCode.UNKNOWN_TOOL
+    assert connections == 1

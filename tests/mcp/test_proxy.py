@@ -143,7 +143,7 @@ async def test_a_new_tool_waits_for_approval_unless_new_tools_are_approved(tmp_p
             "wait",
         }
         assert all(c.status is PinStatus.NEW for c in report.pending)
-        assert report.hidden == ("wipe",)
+        assert report.hidden == ("rename", "wipe")
         assert (await app.handle(_call("books.lookup", '{"book_id": "b1"}'), ALICE)).error_type is (
             ErrorCode.UNKNOWN_TOOL
         )

@@ -7,7 +7,9 @@ are untrusted and never lower a risk. A tool is served only while its listed
 definition is the one pinned at approval; a changed one is deregistered (so neither
 exposed nor callable: UNKNOWN_TOOL) until an operator approves it again. Every
 connection to the upstream, first or after a failure, re-checks the pins before any
-call goes through it.
+call goes through it, and so does every `notifications/tools/list_changed` the
+upstream sends (handshake-era connections; `sync()` may also be called on a timer).
+The model only ever sees the pinned definitions.
 
 What a call of an imported tool becomes:
 
@@ -29,6 +31,7 @@ whether a call may run (the Gate does) and never trusts what the upstream says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,7 +121,11 @@ class McpProxy:
         self._timeout = default_timeout
         self._served: dict[str, _Served] = {}
         self._lock = asyncio.Lock()
+        self._follow: set[asyncio.Task[None]] = set()
+        self.resynced = asyncio.Event()
+        """Set each time a list_changed notification of the upstream has been followed."""
         upstream.on_connect = self._on_connect
+        upstream.on_list_changed = self._list_changed
 
     async def sync(self, *, timeout: float = DEFAULT_TIMEOUT) -> ImportReport:
         """List the upstream's tools now and import, keep or disable each one."""
@@ -136,7 +143,21 @@ class McpProxy:
 
     async def aclose(self) -> None:
         """Close the upstream connection; the imported tools stay registered."""
+        for task in list(self._follow):
+            task.cancel()
+        await asyncio.gather(*self._follow, return_exceptions=True)
         await self.upstream.aclose()
+
+    def _list_changed(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._resync())
+        self._follow.add(task)
+        task.add_done_callback(self._follow.discard)
+
+    async def _resync(self) -> None:
+        # A failure here is the upstream's; the next connection checks the pins again.
+        with contextlib.suppress(UpstreamError):
+            await self.sync()
+        self.resynced.set()
 
     # --- import ------------------------------------------------------------------------
 

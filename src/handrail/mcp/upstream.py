@@ -38,6 +38,7 @@ from mcp import Client
 if TYPE_CHECKING:
     from anyio.abc import Process
     from mcp.client._transport import TransportStreams
+    from mcp.client.session import IncomingMessage
 
 __all__ = [
     "HttpUpstream",
@@ -187,6 +188,8 @@ class Upstream:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         connect_timeout: float = 30.0,
         on_connect: OnConnect | None = None,
+        on_list_changed: Callable[[], None] | None = None,
+        mode: str = "auto",
     ) -> None:
         if max_message_bytes < 1024:  # noqa: PLR2004 - no JSON-RPC answer fits in less
             raise ConfigurationError("max_message_bytes must be at least 1024")
@@ -194,6 +197,8 @@ class Upstream:
         self._max = max_message_bytes
         self._connect_timeout = connect_timeout
         self.on_connect = on_connect
+        self.on_list_changed = on_list_changed
+        self._mode = mode
         self._lock = asyncio.Lock()
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
@@ -324,7 +329,12 @@ class Upstream:
         try:
             target = self.target
             server = target.server if isinstance(target, InProcessUpstream) else self._transport()
-            async with Client(server, mode="auto", cache=None) as client:
+            async with Client(
+                server,
+                mode=self._mode,
+                cache=None,
+                message_handler=self._notified,
+            ) as client:
                 ready.set_result(client)
                 await stop.wait()
         except Exception as exc:  # noqa: BLE001 - reported to whoever waits, never raised here
@@ -375,6 +385,11 @@ class Upstream:
             ) as streams,
         ):
             yield streams
+
+    async def _notified(self, message: IncomingMessage) -> None:
+        """The upstream says its tool list changed: whoever follows it looks again."""
+        if isinstance(message, types.ToolListChangedNotification) and self.on_list_changed:
+            self.on_list_changed()
 
     def _note_overflow(self, detail: str) -> None:
         self._overflow = detail
