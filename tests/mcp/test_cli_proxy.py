@@ -7,8 +7,10 @@ real subprocess driven by the SDK's stdio client, its upstream a real subprocess
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +205,22 @@ async def test_proxy_serves_the_pinned_tools_onward_over_stdio(
     assert isinstance(write.structured_content, dict)
     assert write.structured_content["error_type"] == "NEEDS_CONFIRMATION"
     assert not (Path(setup["state"]) / "notes.txt").exists()
+
+
+SDK = {"mcp", "mcp_types", "starlette", "uvicorn", "jwt", "httpx2"}
+
+
+@pytest.mark.parametrize("command", ["proxy", "approve", "list"])
+def test_the_proxy_commands_help_loads_no_part_of_the_sdk(command: str) -> None:
+    script = (
+        "import json, sys\n"
+        "from handrail.cli import app\n"
+        "from typer.testing import CliRunner\n"
+        f"assert CliRunner().invoke(app, ['mcp', {command!r}, '--help']).exit_code == 0\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(  # noqa: S603 - our own interpreter and a fixed script
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded = {name.partition(".")[0] for name in json.loads(done.stdout.splitlines()[-1])}
+    assert sorted(loaded & SDK) == []

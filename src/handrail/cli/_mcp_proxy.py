@@ -113,6 +113,18 @@ OperatorOption = Annotated[
     str,
     typer.Option("--by", envvar="HANDRAIL_USER", help="Who approves (kept in the audit trail)."),
 ]
+RecheckOption = Annotated[
+    float,
+    typer.Option(
+        "--recheck",
+        metavar="SECONDS",
+        min=0.0,
+        help=(
+            "Look at the upstream's tools again this often (0: never), besides every new "
+            "connection and every list_changed it sends; a changed definition is disabled."
+        ),
+    ),
+]
 _CONNECT_TIMEOUT = 60.0
 
 
@@ -129,6 +141,7 @@ def proxy(
     approve_new: ApproveNewOption = False,
     permission: ProxyPermissions = None,
     keyring: KeyringOption = None,
+    recheck: RecheckOption = 300.0,
 ) -> None:
     """Serve an upstream MCP server's tools onward over stdio, through the gate.
 
@@ -141,7 +154,9 @@ def proxy(
     rules = _policy(policy)
     target = _target(upstream, upstream_url)
     app = _open_app(store, rules, keyring)
-    asyncio.run(_serve(app, rules, target, namespace, principal, approve_new=approve_new))
+    asyncio.run(
+        _serve(app, rules, target, namespace, principal, approve_new=approve_new, recheck=recheck),
+    )
 
 
 @one_line_errors
@@ -343,12 +358,16 @@ async def _serve(
     principal: Principal,
     *,
     approve_new: bool,
+    recheck: float,
 ) -> None:
     from handrail.mcp.server import GatedServer, fixed_principal  # noqa: PLC0415
 
     firewall = _proxy(app, rules, target, namespace, approve_new=approve_new)
+    watcher: asyncio.Task[None] | None = None
     try:
         _report(await firewall.sync(timeout=_CONNECT_TIMEOUT))
+        if recheck > 0:
+            watcher = asyncio.create_task(_rechecking(firewall, recheck))
         server = GatedServer(
             app, principal=fixed_principal(principal), name=f"handrail-{namespace}"
         )
@@ -357,8 +376,25 @@ async def _serve(
         finally:
             server.close()
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         await firewall.aclose()
         await app.aclose()
+
+
+async def _rechecking(firewall: McpProxy, every: float) -> None:
+    """Sync the proxy with its upstream every `every` seconds until cancelled."""
+    from handrail.mcp.upstream import UpstreamError  # noqa: PLC0415
+
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await firewall.sync(timeout=_CONNECT_TIMEOUT)
+        except UpstreamError as exc:
+            # Reported, not fatal: calls fail with their own codes meanwhile, and the
+            # next connection checks the pins again.
+            typer.echo(f"recheck failed: {exc}", err=True)
 
 
 async def _approve(
