@@ -9,19 +9,25 @@ write; a new tool waits for approval unless the operator said otherwise.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 import pytest
+from mcp.server import Server, ServerRequestContext
 
 from _mcp_proxying import ALICE, proxied
 from handrail.calls import ToolCall
+from handrail.declare.registry import Registry
 from handrail.envelope import Trust
 from handrail.errors import ErrorCode
-from handrail.mcp.pins import PinStatus
-from handrail.mcp.proxy import as_draft_2020
+from handrail.mcp.pins import PinBook, PinStatus
+from handrail.mcp.policy import parse_policy
+from handrail.mcp.proxy import ImportReport, McpProxy, as_draft_2020
+from handrail.mcp.upstream import InProcessUpstream, Upstream
 from handrail.principal import Principal
 from handrail.shaping.marking import read_block
 from handrail.spec import ConfirmationMode, RiskLevel, SideEffect
+from handrail.store import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +232,71 @@ def test_a_draft_07_schema_using_a_keyword_that_changed_meaning_is_left_to_be_re
     schema = {"$schema": DRAFT_07, "type": "object", "properties": {"x": changed}}
 
     assert as_draft_2020(schema) is schema
+
+
+def _server_of(*tools: types.Tool) -> Server[Any]:
+    async def list_tools(
+        _ctx: ServerRequestContext[Any],
+        _params: types.PaginatedRequestParams | None,
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(tools))
+
+    return Server("tiny", on_list_tools=list_tools)
+
+
+async def _import(server: Server[Any], rules: dict[str, Any]) -> tuple[ImportReport, Registry]:
+    registry = Registry()
+    proxy = McpProxy(
+        Upstream(InProcessUpstream(server=server)),
+        parse_policy(rules),
+        PinBook(MemoryStore()),
+        registry,
+        namespace="tiny",
+        approve_new=True,
+    )
+    try:
+        return await proxy.sync(), registry
+    finally:
+        await proxy.aclose()
+
+
+USER_ID = types.Tool(
+    name="messages",
+    description="Messages of a user.",
+    input_schema={"type": "object", "properties": {"user_id": {"type": "string"}}},
+)
+
+
+async def test_an_identity_parameter_is_refused_unless_the_policy_declares_it_business_data() -> (
+    None
+):
+    plain = {"unlisted": "hide", "tools": {"messages": {"risk": "L1"}}}
+    declared = {
+        "unlisted": "hide",
+        "tools": {
+            "messages": {
+                "risk": "L1",
+                "business_values": {"user_id": "the workspace member whose messages are read"},
+            },
+        },
+    }
+
+    refused, _ = await _import(_server_of(USER_ID), plain)
+    accepted, registry = await _import(_server_of(USER_ID), declared)
+
+    assert [name for name, _ in refused.refused] == ["messages"]
+    assert refused.served == ()
+    assert accepted.served == ("tiny.messages",)
+    assert set(registry.get("tiny.messages").spec.business_values) == {"#/properties/user_id"}
+
+
+async def test_a_description_too_long_for_the_model_is_not_imported() -> None:
+    long = types.Tool(name="long", description="x" * 8_001, input_schema={"type": "object"})
+
+    report, registry = await _import(
+        _server_of(long),
+        {"unlisted": "hide", "tools": {"long": {"risk": "L0"}}},
+    )
+
+    assert [name for name, _ in report.refused] == ["long"]
+    assert "tiny.long" not in registry

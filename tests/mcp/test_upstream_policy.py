@@ -140,3 +140,23 @@ def test_a_forbidden_tool_is_named_with_l4_and_stays_a_read_without_confirmation
     rule = policy.rule("wipe")
     assert rule is not None
     assert rule.risk is RiskLevel.L4_FORBIDDEN
+
+
+def test_business_values_are_declared_per_tool_with_a_reason() -> None:
+    policy = parse_policy(
+        {
+            "unlisted": "hide",
+            "tools": {"m": {"risk": "L1", "business_values": {"user_id": "the member read"}}},
+        },
+    )
+
+    rule = policy.rule("m")
+    assert rule is not None
+    assert rule.business_values["user_id"].reason == "the member read"
+
+
+def test_a_business_value_without_a_reason_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigurationError, match=r"tools\.m\.business_values"):
+        parse_policy(
+            {"unlisted": "hide", "tools": {"m": {"risk": "L1", "business_values": {"u": " "}}}},
+        )

@@ -15,6 +15,9 @@ here: risk comes from this file only. It never talks to an upstream.
     permissions = ["files.read"]
     timeout = 10.0                  # optional, seconds
 
+    [tools.read_file.business_values]       # optional: identity-like names that are data
+    user_id = "the author whose files are read, checked by resource policy"
+
     [tools.write_file]
     risk = "L3"
     confirmation = "confirm"        # writes: "confirm" or "approve"
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +37,13 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from handrail.errors import ConfigurationError, RegistrationError
-from handrail.spec import ConfirmationMode, ConfirmationPolicy, RiskLevel, SideEffect
+from handrail.spec import (
+    BusinessValue,
+    ConfirmationMode,
+    ConfirmationPolicy,
+    RiskLevel,
+    SideEffect,
+)
 
 __all__ = ["ToolRule", "Unlisted", "UpstreamPolicy", "load_policy", "parse_policy"]
 
@@ -63,6 +72,8 @@ class ToolRule:
     permissions: frozenset[str]
     confirmation: ConfirmationPolicy
     timeout: float | None = None
+    business_values: Mapping[str, BusinessValue] = field(default_factory=dict)
+    """Parameter names (or JSON Pointers) that look like identity but are data, with why."""
 
     @property
     def writes(self) -> bool:
@@ -81,6 +92,7 @@ class _ToolEntry(_Strict):
     approver_permission: str | None = None
     distinct_approvers: int = Field(default=1, ge=1, le=10)
     timeout: float | None = Field(default=None, gt=0, le=3600)
+    business_values: dict[str, str] = Field(default_factory=dict)
 
 
 class _PolicyFile(_Strict):
@@ -206,10 +218,17 @@ def _rule(source: str, name: str, entry: _ToolEntry) -> ToolRule:
         )
     except RegistrationError as exc:
         raise ConfigurationError(f"{source}: {key}: {exc}") from None
+    try:
+        declared = {
+            place: BusinessValue(reason=reason) for place, reason in entry.business_values.items()
+        }
+    except RegistrationError as exc:
+        raise ConfigurationError(f"{source}: {key}.business_values: {exc}") from None
     return ToolRule(
         risk=risk,
         side_effect=SideEffect.EXTERNAL_WRITE if writes else SideEffect.NONE,
         permissions=_permissions(source, f"{key}.permissions", entry.permissions),
         confirmation=confirmation,
         timeout=entry.timeout,
+        business_values=declared,
     )

@@ -56,6 +56,10 @@ __all__ = ["ImportReport", "McpProxy", "UpstreamTimeout", "as_draft_2020"]
 
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _ACTOR = "mcp-proxy"
+MAX_DESCRIPTION = 8_000
+"""A longer description is not imported: the model would read all of it with every list."""
+MAX_DEFINITION = 65_536
+"""Nor is a definition (description and schema) longer than this as canonical JSON."""
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -236,6 +240,10 @@ class McpProxy:
     def _tool(self, listed: UpstreamTool, rule: ToolRule, definition_hash: str) -> Tool:
         name = listed.name
         description = listed.description.strip() or f"Tool {name} of upstream {self.namespace}."
+        if len(description) > MAX_DESCRIPTION:
+            raise RegistrationError(f"its description is over {MAX_DESCRIPTION} characters")
+        if len(listed.canonical()) > MAX_DEFINITION:
+            raise RegistrationError(f"its definition is over {MAX_DEFINITION} characters")
         return Tool.from_json_schema(
             name=self.full_name(name),
             description=description,
@@ -247,6 +255,7 @@ class McpProxy:
             timeout=rule.timeout or self._timeout,
             confirmation=rule.confirmation if rule.writes else None,
             owner=f"mcp:{self.namespace}",
+            business_values=rule.business_values,
             description_version="sha256:" + definition_hash[:16],
         )
 

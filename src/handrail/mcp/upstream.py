@@ -57,6 +57,8 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _STOP_GRACE = 2.0
 _STDERR_TAIL = 4096
 _LIST_PAGES = 100
+MAX_TOOLS = 1000
+"""An upstream listing more tools than this is refused (`oversize`)."""
 
 Reason = Literal["timeout", "unavailable", "oversize", "protocol", "disabled"]
 
@@ -242,6 +244,10 @@ class Upstream:
             raise self._failed(client, exc, name) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             raise self._failed(client, exc, name) from None
+        except ValueError as exc:
+            # The SDK refused the answer: not a valid result (or not of its output schema).
+            detail = f"{name!r}: an invalid answer ({type(exc).__name__})"
+            raise UpstreamError("protocol", detail, sent=True) from None
         return UpstreamResult(
             is_error=bool(result.is_error),
             structured=result.structured_content,
@@ -403,12 +409,14 @@ class Upstream:
                     page = await client.list_tools(cursor=cursor, cache_mode="refresh")
                     tools.extend(_tool(t) for t in page.tools)
                     cursor = page.next_cursor
-                    if cursor is None:
+                    if cursor is None or len(tools) > MAX_TOOLS:
                         break
         except TimeoutError:
             raise UpstreamError("timeout", "tools/list did not answer in time", sent=True) from None
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             raise self._failed(client, exc, "tools/list") from None
+        if len(tools) > MAX_TOOLS:
+            raise UpstreamError("oversize", f"more than {MAX_TOOLS} tools", sent=True)
         return tuple(tools)
 
     @contextlib.asynccontextmanager
