@@ -14,29 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shlex
-import signal
-import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import httpx2
 import mcp_types as types
-from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.errors import ConfigurationError
+from handrail.mcp._transports import bounded_http, bounded_stdio
 from mcp import Client
 
 if TYPE_CHECKING:
-    from anyio.abc import Process
     from mcp.client._transport import TransportStreams
     from mcp.client.session import IncomingMessage
 
@@ -55,7 +48,6 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """Default bound on one message from an upstream (a JSON-RPC line or HTTP body)."""
 
 _STOP_GRACE = 2.0
-_STDERR_TAIL = 4096
 _LIST_PAGES = 100
 MAX_TOOLS = 1000
 """An upstream listing more tools than this is refused (`oversize`)."""
@@ -370,27 +362,22 @@ class Upstream:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
         target = self.target
         if isinstance(target, StdioUpstream):
-            return self._stdio(target)
+            return bounded_stdio(
+                target.command,
+                target.args,
+                env=target.env,
+                cwd=target.cwd,
+                limit=self._max,
+                overflow=self._note_overflow,
+                stderr=self._stderr,
+            )
         assert isinstance(target, HttpUpstream)  # noqa: S101 - in-process targets need none
-        return self._http(target)
-
-    @contextlib.asynccontextmanager
-    async def _http(self, target: HttpUpstream) -> AsyncIterator[TransportStreams]:
-        """The SDK's Streamable HTTP transport over a client whose bodies are bounded."""
-        http = httpx2.AsyncClient(
-            headers=dict(target.headers),
-            timeout=httpx2.Timeout(30.0, read=300.0),
-            transport=_BoundedHttp(httpx2.AsyncHTTPTransport(), self._max, self._note_overflow),
+        return bounded_http(
+            target.url,
+            target.headers,
+            limit=self._max,
+            overflow=self._note_overflow,
         )
-        async with (
-            http,
-            streamable_http_client(
-                target.url,
-                http_client=http,
-                max_sse_event_size=self._max,
-            ) as streams,
-        ):
-            yield streams
 
     async def _notified(self, message: IncomingMessage) -> None:
         """The upstream says its tool list changed: whoever follows it looks again."""
@@ -419,76 +406,6 @@ class Upstream:
             raise UpstreamError("oversize", f"more than {MAX_TOOLS} tools", sent=True)
         return tuple(tools)
 
-    @contextlib.asynccontextmanager
-    async def _stdio(self, target: StdioUpstream) -> AsyncIterator[TransportStreams]:
-        """Newline-delimited JSON-RPC over a child's pipes, with every line bounded.
-
-        The SDK's stdio client keeps an unterminated line in memory however long it
-        grows; here a line longer than the bound ends the connection instead.
-        """
-        env = get_default_environment() | dict(target.env or {})
-        process = await anyio.open_process(
-            [target.command, *target.args],
-            env=env,
-            cwd=target.cwd,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._read_stdout, process, inbound_send)
-                tg.start_soon(_write_stdin, process, outbound_receive)
-                tg.start_soon(self._drain_stderr, process)
-                try:
-                    yield inbound, outbound
-                finally:
-                    tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await _stop_process(process)
-
-    async def _read_stdout(
-        self,
-        process: Process,
-        sink: anyio.abc.ObjectSendStream[SessionMessage | Exception],
-    ) -> None:
-        assert process.stdout is not None  # noqa: S101 - opened with a pipe above
-        line = bytearray()
-        async with sink:
-            try:
-                async for chunk in process.stdout:
-                    start = 0
-                    while (end := chunk.find(b"\n", start)) >= 0:
-                        line += chunk[start:end]
-                        start = end + 1
-                        if not self._fits(line):
-                            return
-                        if line.strip():
-                            await sink.send(_message(bytes(line)))
-                        line.clear()
-                    line += chunk[start:]
-                    if not self._fits(line):
-                        return
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return
-
-    def _fits(self, line: bytearray) -> bool:
-        if len(line) <= self._max:
-            return True
-        self._overflow = f"a message longer than {self._max} bytes"
-        line.clear()
-        return False
-
-    async def _drain_stderr(self, process: Process) -> None:
-        if process.stderr is None:
-            return
-        with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
-            async for chunk in process.stderr:
-                self._stderr += chunk
-                del self._stderr[:-_STDERR_TAIL]
-
 
 def _tool(tool: types.Tool) -> UpstreamTool:
     annotations = tool.annotations
@@ -501,88 +418,3 @@ def _tool(tool: types.Tool) -> UpstreamTool:
         if annotations is None
         else annotations.model_dump(mode="json", by_alias=True, exclude_none=True),
     )
-
-
-def _message(line: bytes) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:
-        return exc
-
-
-async def _write_stdin(
-    process: Process, source: anyio.abc.ObjectReceiveStream[SessionMessage]
-) -> None:
-    assert process.stdin is not None  # noqa: S101 - opened with a pipe above
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-        async with source:
-            async for message in source:
-                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await process.stdin.send(text.encode() + b"\n")
-
-
-async def _stop_process(process: Process) -> None:
-    """Close stdin, give the upstream a moment, then end its whole process group."""
-    if process.stdin is not None:
-        with contextlib.suppress(Exception):
-            await process.stdin.aclose()
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, sig)
-        with anyio.move_on_after(_STOP_GRACE):
-            await process.wait()
-            break
-    with anyio.move_on_after(_STOP_GRACE), contextlib.suppress(Exception):
-        await process.aclose()
-
-
-class _BoundedHttp(httpx2.AsyncBaseTransport):
-    """An HTTP transport whose response bodies stop at a bound (an error past it)."""
-
-    def __init__(
-        self,
-        inner: httpx2.AsyncBaseTransport,
-        limit: int,
-        overflow: Callable[[str], None],
-    ) -> None:
-        self._inner = inner
-        self._limit = limit
-        self._overflow = overflow
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            return response  # events are bounded one by one by the SDK (max_sse_event_size)
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_BoundedBody(response, self._limit, self._overflow),
-            request=request,
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _BoundedBody(httpx2.AsyncByteStream):
-    def __init__(
-        self, response: httpx2.Response, limit: int, overflow: Callable[[str], None]
-    ) -> None:
-        self._response = response
-        self._limit = limit
-        self._overflow = overflow
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._response.aiter_raw():
-            seen += len(chunk)
-            if seen > self._limit:
-                detail = f"an HTTP body longer than {self._limit} bytes"
-                self._overflow(detail)
-                raise httpx2.ReadError(detail)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
