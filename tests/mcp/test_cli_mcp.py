@@ -29,6 +29,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[GatedServer]:
 
     monkeypatch.setattr(GatedServer, "run_stdio", run_stdio)
     monkeypatch.delenv(KEYRING_ENV, raising=False)
+    monkeypatch.delenv("HANDRAIL_KEY_FILE", raising=False)
     return servers
 
 
@@ -87,9 +88,30 @@ def test_write_tools_over_a_shared_store_need_keys(
 def test_keys_come_from_a_file(served: list[GatedServer], tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    keys.chmod(0o600)
     code, _, err = _invoke("--store", str(tmp_path / "h.db"), "--keyring", str(keys))
     assert (code, err) == (0, "")
     assert len(served) == 1
+
+
+def test_a_key_file_others_can_read_is_refused(served: list[GatedServer], tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    keys.chmod(0o644)
+    code, _, err = _invoke("--store", "memory://", "--key-file", str(keys))
+    assert code == 2
+    assert "chmod 600" in err
+    assert served == []
+
+
+def test_a_key_file_that_is_not_keys_is_one_line(served: list[GatedServer], tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("not a key\n", encoding="utf-8")
+    keys.chmod(0o600)
+    code, _, err = _invoke("--store", "memory://", "--keyring", str(keys))
+    assert code == 2
+    assert err.startswith("error: ")
+    assert served == []
 
 
 def test_keys_come_from_the_environment(

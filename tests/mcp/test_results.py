@@ -72,3 +72,21 @@ def test_the_result_serialises_for_the_wire() -> None:
     wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert wire["structuredContent"]["data"] == {"x": None, "y": "ü"}
     assert wire["isError"] is False
+
+
+def test_a_lone_surrogate_a_refusal_quotes_goes_out_as_its_escape_text() -> None:
+    envelope = Envelope(
+        call_id="c1",
+        tool="lib.search",
+        status=Status.ERROR,
+        summary="bad arguments",
+        error=ErrorDetail(code=ErrorCode.INVALID_ARGUMENTS, field_errors={"$.q\ud800": "bad"}),
+        data=["ok \U0001f600", "\udc00"],
+    )
+    result = call_result(envelope, MARKER)
+    wire = result.model_dump_json(by_alias=True)
+    structured = json.loads(wire)["structuredContent"]
+    assert structured["field_errors"] == {"$.q\\ud800": "bad"}
+    assert structured["data"] == ["ok \U0001f600", "\\udc00"]
+    read = read_block(result.content[0].text)
+    assert read is not None

@@ -95,11 +95,8 @@ async def test_a_write_over_stdio_is_a_stored_plan_and_no_token_reaches_the_clie
     tmp_path: Path,
     errlog: Any,
 ) -> None:
-    keys = tmp_path / "keys"
-    keys.write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
-    keys.chmod(0o600)
     db = tmp_path / "handrail.db"
-    params = _params("--store", str(db), "--keyring", str(keys))
+    params = _params("--store", str(db), "--keyring", str(_keys(tmp_path)))
     with anyio.fail_after(WAIT):
         async with _client(params, errlog, "legacy") as client:
             result = await client.call_tool("lib.order_book", {"title": "Emma"})
@@ -117,6 +114,50 @@ async def test_a_write_over_stdio_is_a_stored_plan_and_no_token_reaches_the_clie
         assert any(e.tool == "lib.order_book" and e.stage == "write" for e in trail)
     finally:
         store.close()
+
+
+async def test_a_cancelled_call_over_stdio_stops_and_the_server_keeps_serving(
+    tmp_path: Path,
+    errlog: Any,
+) -> None:
+    started = anyio.Event()
+    db = tmp_path / "handrail.db"
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    with anyio.fail_after(WAIT):
+        params = _params("--store", str(db), "--keyring", str(_keys(tmp_path)))
+        async with _client(params, errlog, "legacy") as client:
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    await client.call_tool(
+                        "lib.slow_count", {"steps": 1}, progress_callback=progress
+                    )
+
+                group.start_soon(call)
+                await started.wait()  # the tool runs and has reported its progress
+                group.cancel_scope.cancel()
+            after = await client.call_tool("lib.search", {"query": "emma"})
+    assert _structured(after)["data"] == ["Emma"]
+    store = open_store(db)
+    try:
+        trail = store.read_audit(tenant_id="t1", limit=100)
+    finally:
+        store.close()
+    # The gate saw the cancellation: the tool stopped, and nothing answered for it.
+    assert any(
+        e.tool == "lib.slow_count" and (e.stage, e.decision) == ("execute", "cancelled")
+        for e in trail
+    )
+
+
+def _keys(tmp_path: Path) -> Path:
+    keys = tmp_path / "keys"
+    keys.write_text(Keyring.new_key_text("k1") + "\n", encoding="utf-8")
+    keys.chmod(0o600)
+    return keys
 
 
 def _run(*options: str, user: str = "alice") -> subprocess.CompletedProcess[str]:

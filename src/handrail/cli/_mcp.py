@@ -44,6 +44,9 @@ __all__ = [
     "serving_principal",
 ]
 
+_PRIVATE = 0o077
+"""Permission bits of a key file that let anyone but its owner in."""
+
 mcp_app = typer.Typer(
     cls=HelpGroup,
     help="Serve an application's tools over the Model Context Protocol, through its gate.",
@@ -73,12 +76,15 @@ KeyringOption = Annotated[
     Path | None,
     typer.Option(
         "--keyring",
+        "--key-file",
+        envvar="HANDRAIL_KEY_FILE",
         metavar="FILE",
         help=(
             "The confirmation keys that sign plan tokens, the same in every process that "
-            "shares the store (Keyring.from_file). Without it the keys come from "
-            "HANDRAIL_CONFIRMATION_KEYS when set. Needed when the application has write "
-            "tools and the store is not memory://."
+            "shares the store: KEY_ID:SECRET lines (Keyring.from_file) in a file readable "
+            "by its owner only. Without it the keys come from HANDRAIL_CONFIRMATION_KEYS "
+            "when set. Needed when the application has write tools and the store is not "
+            "memory://."
         ),
     ),
 ]
@@ -172,6 +178,12 @@ def _keyring(path: Path | None) -> Keyring | None:
     from handrail.writes.confirmation import KEYRING_ENV, Keyring  # noqa: PLC0415
 
     if path is not None:
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise CliError(f"cannot read --keyring {path}: {exc.strerror}") from None
+        if os.name == "posix" and mode & _PRIVATE:
+            raise CliError(f"--keyring {path} is readable by others; chmod 600 it")
         return Keyring.from_file(path)
     return Keyring.from_env() if os.environ.get(KEYRING_ENV) else None
 

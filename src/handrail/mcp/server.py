@@ -16,10 +16,13 @@ elicitation offering the application's confirmation page where the client suppor
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import os
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import nullcontext
 from typing import Any, Final, TypeAlias
 
 import anyio
@@ -28,21 +31,25 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from handrail.app import Handrail
 from handrail.calls import ToolCall
 from handrail.context import ProgressReporter, reporting_progress
 from handrail.declare.exposure import Exposure
 from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
-from handrail.errors import ErrorCode
+from handrail.errors import ErrorCode, HandrailError
 from handrail.mcp._definitions import tool_definitions
 from handrail.mcp._results import call_result
+from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
 from handrail.text import escape_lone_surrogates
+from handrail.writes.service import proposal_envelope
 
 __all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
 
@@ -55,7 +62,12 @@ PROVIDER: Final = "mcp"
 _MAX_NAME: Final = 128
 _MAX_PROGRESS_MESSAGE: Final = 200
 _ELICITATION_TIMEOUT: Final = 300.0
-_CONFIRMATION_CODES: Final = frozenset({ErrorCode.NEEDS_CONFIRMATION, ErrorCode.NEEDS_APPROVAL})
+_OPEN_PLANS: Final = frozenset({PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION})
+_CONFIRM_MESSAGE: Final = (
+    "A write was planned and needs your confirmation before it runs. Open the page to "
+    "review what it will do and confirm or reject it."
+)
+_CONFIRM_INPUT: Final = "confirm"
 _NO_PRINCIPAL: Final = (
     "The caller could not be identified, so nothing was run. Ask the operator to "
     "configure who this server acts for."
@@ -98,8 +110,11 @@ class GatedServer:
     answer never carries a token either way). `command_id(ctx)` gives the host's id
     of the user's intent behind a request, the key of an unconfirmed COMMAND_ID write
     (never read from the arguments, which the model writes); without it such writes
-    are refused RISK_BLOCKED. `new_id` draws the unique part of each call id (a random
-    uuid by default); `marker` marks result text as data.
+    are refused RISK_BLOCKED. `timeout` is each call's budget in seconds (the gate's
+    default when None; a tool's own timeout still caps it). `new_id` draws the unique
+    part of each call id (a random uuid by default); `marker` marks result text as data.
+    `state_key` seals the request state of a 2026-era confirmation round trip (32
+    random bytes per server by default, so a round trip ends with its process).
     """
 
     def __init__(
@@ -115,6 +130,8 @@ class GatedServer:
         new_id: Callable[[], str] | None = None,
         marker: DataMarker | None = None,
         elicitation_timeout: float = _ELICITATION_TIMEOUT,
+        timeout: float | None = None,
+        state_key: bytes | None = None,
     ) -> None:
         self._app = app
         self._principal = principal
@@ -123,6 +140,7 @@ class GatedServer:
         self._new_id = new_id or _uuid
         self._marker = marker or DataMarker()
         self._elicitation_timeout = elicitation_timeout
+        self._timeout = timeout
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._server = _Server(
@@ -133,6 +151,14 @@ class GatedServer:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self._subscriptions_listen,
         )
+        # 2026-era confirmation offers travel as InputRequiredResult: their request state
+        # (a plan id) is sealed, bound to the request, this server and the principal.
+        security = RequestStateSecurity(
+            keys=[state_key or os.urandom(32)],
+            ttl=elicitation_timeout,
+            bind_principal=self._principal_claim,
+        )
+        self._server.middleware.append(RequestStateBoundary(security, default_audience=name))
         self._server.add_notification_handler(
             "notifications/initialized",
             types.NotificationParams,
@@ -146,6 +172,7 @@ class GatedServer:
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._tasks: set[asyncio.Task[None]] = set()
         # Exposure of each (tenant, permissions), valid for one registry generation.
+        self._generations = itertools.count(1)
         self._generation = 0
         self._exposures: dict[tuple[str, frozenset[str]], tuple[int, Exposure]] = {}
         self._unsubscribe = app.registry.subscribe(self._registry_changed)
@@ -195,7 +222,7 @@ class GatedServer:
         self,
         ctx: ServerRequestContext[Any],
         params: types.CallToolRequestParams,
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """One call through the gate, as the principal of this request."""
         self._loops.add(asyncio.get_running_loop())
         call = ToolCall(
@@ -207,18 +234,27 @@ class GatedServer:
         principal = self._principal()
         if principal is None:
             return call_result(_unidentified(call), self._marker)
+        if params.request_state is not None:
+            # A 2026-era retry after the confirmation page was offered: the same plan,
+            # never a second one. The state was sealed by this server for this request.
+            return call_result(
+                await self._resumed(call, principal, params.request_state), self._marker
+            )
         exposure = self._exposure(principal)
-        async with AsyncExitStack() as stack:
-            if progress_token_from_params(ctx.params) is not None:
-                stack.enter_context(reporting_progress(_progress_to(ctx)))
+        asked = progress_token_from_params(ctx.params) is not None
+        with reporting_progress(_progress_to(ctx)) if asked else nullcontext():
             envelope = await self._app.gate.handle(
                 call,
                 principal,
+                timeout=self._timeout,
                 exposure=exposure,
                 command_id=None if self._command_id is None else self._command_id(ctx),
             )
-        if envelope.error_type in _CONFIRMATION_CODES:
-            await self._offer_confirmation(ctx, envelope)
+        # Only the requester's own confirmation: approvals are other people's to give.
+        if envelope.error_type is ErrorCode.NEEDS_CONFIRMATION:
+            offer = await self._offer_confirmation(ctx, envelope)
+            if offer is not None:
+                return offer
         return call_result(envelope, self._marker)
 
     def _exposure(self, principal: Principal) -> Exposure:
@@ -234,31 +270,63 @@ class GatedServer:
         self._exposures[key] = (generation, exposure)
         return exposure
 
-    async def _offer_confirmation(self, ctx: ServerRequestContext[Any], envelope: Envelope) -> None:
+    async def _offer_confirmation(
+        self,
+        ctx: ServerRequestContext[Any],
+        envelope: Envelope,
+    ) -> types.InputRequiredResult | None:
         """Offer the plan's confirmation page by URL-mode elicitation, where it can be.
 
-        Only with a `confirm_url`, on a connection that may send requests, to a client
-        that declared URL-mode elicitation. The answer (accept, decline, cancel, or none
-        in time) changes nothing: confirming happens on the page, as the person who
-        holds the principal, and the result the client gets is the plan either way.
+        Only with a `confirm_url`, to a client that declared URL-mode elicitation. A
+        handshake-era connection is sent the request and the plan is answered when
+        the client replies; a 2026-era one is answered with the request to retry
+        after it (InputRequiredResult), and its retry gets the same plan. The answer
+        (accept, decline, cancel, or none in time) changes nothing: confirming happens
+        on the page, as the person who holds the principal.
         """
         plan_id = _plan_id(envelope)
         if self._confirm_url is None or plan_id is None or not _takes_url_elicitation(ctx):
-            return
-        message = (
-            "A write was planned and needs your confirmation before it runs. Open the "
-            "page to review what it will do and confirm or reject it."
-        )
+            return None
+        url = self._confirm_url(plan_id)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return types.InputRequiredResult(
+                input_requests={
+                    _CONFIRM_INPUT: types.ElicitRequest(
+                        params=types.ElicitRequestURLParams(message=_CONFIRM_MESSAGE, url=url),
+                    ),
+                },
+                request_state=plan_id,
+            )
+        if not ctx.session.can_send_request:
+            return None
         with anyio.move_on_after(self._elicitation_timeout):
             try:
                 await ctx.session.elicit_url(
-                    message,
-                    self._confirm_url(plan_id),
+                    _CONFIRM_MESSAGE,
+                    url,
                     plan_id,
                     related_request_id=ctx.request_id,
                 )
             except Exception:  # noqa: BLE001 - advisory: the plan stands, whatever the client says
-                return
+                return None
+        return None
+
+    async def _resumed(self, call: ToolCall, principal: Principal, plan_id: str) -> Envelope:
+        """What a retry after the offer reads: the plan as proposed, or that it closed."""
+        try:
+            record = await self._app.writes.get_plan(plan_id, principal)
+            tool = self._app.registry.get(record.plan.tool)
+        except HandrailError:
+            return _plan_gone(call)
+        if record.state not in _OPEN_PLANS:
+            return _plan_gone(call, record.plan.tool, record.state)
+        return proposal_envelope(call.id, tool, record.plan)
+
+    def _principal_claim(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """Who a sealed request state belongs to: the tenant and user of the request."""
+        del ctx
+        principal = self._principal()
+        return None if principal is None else json.dumps([principal.tenant_id, principal.user_id])
 
     # --- list_changed ----------------------------------------------------------------------------
 
@@ -287,7 +355,7 @@ class GatedServer:
     def _registry_changed(self, name: str) -> None:
         """A tool was registered or deregistered (any thread): forget exposures, tell clients."""
         del name
-        self._generation += 1
+        self._generation = next(self._generations)  # atomic, whichever thread changes it
         self._exposures.clear()
         for loop in list(self._loops):
             if not loop.is_closed():
@@ -301,9 +369,15 @@ class GatedServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _send_list_changed(self, connections: list[Connection]) -> None:
-        await self._bus.publish(ToolsListChanged())
-        for connection in connections:
-            await connection.send_tool_list_changed()  # best effort: never raises
+        """One event on the listen bus, and one notification per connection, side by side.
+
+        Each is best effort (the SDK's notify never raises); a client that stopped
+        reading holds up only its own notification.
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._bus.publish, ToolsListChanged())
+            for connection in connections:
+                group.start_soon(connection.send_tool_list_changed)
 
 
 _MAX_EXPOSURES: Final = 1024
@@ -326,6 +400,23 @@ def _unidentified(call: ToolCall) -> Envelope:
     )
 
 
+def _plan_gone(call: ToolCall, tool: str | None = None, state: PlanState | None = None) -> Envelope:
+    """The answer to a retry whose plan is no longer waiting: nothing runs here."""
+    where = "could not be found" if state is None else f"is {state.value.lower()}"
+    return Envelope(
+        call_id=call.id,
+        tool=tool or escape_lone_surrogates(call.name[:_MAX_NAME]),
+        status=Status.ERROR,
+        summary=(
+            f"The plan {where} and no longer awaits confirmation; nothing was run by this "
+            f"call. Ask the user what they decided in the application."
+        ),
+        error=ErrorDetail(code=ErrorCode.PLAN_CLOSED),
+        trust=Trust.HANDRAIL,
+        source=HANDRAIL_SOURCE,
+    )
+
+
 def _plan_id(envelope: Envelope) -> str | None:
     data = envelope.data
     if isinstance(data, Mapping):
@@ -336,10 +427,7 @@ def _plan_id(envelope: Envelope) -> str | None:
 
 
 def _takes_url_elicitation(ctx: ServerRequestContext[Any]) -> bool:
-    session = ctx.session
-    if not session.can_send_request:
-        return False
-    capabilities = session.client_capabilities
+    capabilities = ctx.session.client_capabilities
     elicitation = None if capabilities is None else capabilities.elicitation
     return elicitation is not None and elicitation.url is not None
 
