@@ -11,6 +11,7 @@ run the upstream as a real subprocess over stdio.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -221,3 +222,27 @@ async def test_a_description_changed_with_list_changed_disables_the_tool_without
 
     assert refused.error_type is ErrorCode.UNKNOWN_TOOL
     assert connections == 1
+
+
+async def test_a_confirmed_write_of_a_tool_that_changed_upstream_meanwhile_does_not_run(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "up"
+    async with proxied(state) as (proxy, app):
+        envelope = await app.handle(_call("books.notes_add", '{"text": "hi"}'), ALICE)
+        assert isinstance(envelope.data, dict)
+        plan_id = envelope.data["plan_id"]
+        token = await app.writes.issue_token(plan_id, ALICE)
+        await app.writes.confirm(plan_id, token.value, ALICE)
+        # Between confirmation and execution the listed definition stops matching its
+        # pin (as if the upstream had changed it): the next look disables the tool.
+        pinned = app.store.get_pin("books", "notes_add")
+        assert pinned is not None
+        moved = dataclasses.replace(pinned, definition_hash="0" * 64, version=2)
+        assert app.store.replace_pin(moved, expect_version=1)
+        await proxy.sync()
+        outcome = await app.writes.execute_plan(plan_id, ALICE)
+
+    assert "books.notes_add" not in proxy.served
+    assert outcome.envelope.error_type is ErrorCode.UNKNOWN_TOOL, outcome.envelope
+    assert not await anyio.Path(state / "notes.txt").exists()
