@@ -224,3 +224,22 @@ def test_the_proxy_commands_help_loads_no_part_of_the_sdk(command: str) -> None:
     )
     loaded = {name.partition(".")[0] for name in json.loads(done.stdout.splitlines()[-1])}
     assert sorted(loaded & SDK) == []
+
+
+def test_secrets_for_the_upstream_come_from_named_environment_variables_only(
+    setup: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HANDRAIL_TEST_UPSTREAM_TOKEN", raising=False)
+
+    missing = _approve(setup, "--pass-env", "HANDRAIL_TEST_UPSTREAM_TOKEN")
+    wrong_kind = _approve(setup, "--bearer-env", "HANDRAIL_TEST_UPSTREAM_TOKEN")
+    monkeypatch.setenv("HANDRAIL_TEST_UPSTREAM_TOKEN", "s3cret")
+    passed = _approve(setup, "--pass-env", "HANDRAIL_TEST_UPSTREAM_TOKEN")
+
+    assert missing.exit_code == 2
+    assert "HANDRAIL_TEST_UPSTREAM_TOKEN" in missing.output
+    assert wrong_kind.exit_code == 2
+    assert "--upstream-url" in wrong_kind.output
+    assert passed.exit_code == 0, passed.output
+    assert "s3cret" not in passed.output

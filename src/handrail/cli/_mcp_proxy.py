@@ -48,6 +48,26 @@ UpstreamUrlOption = Annotated[
     str | None,
     typer.Option("--upstream-url", metavar="URL", help="The upstream's Streamable HTTP URL."),
 ]
+PassEnvOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pass-env",
+        metavar="NAME",
+        help=(
+            "An environment variable of this process to hand to a stdio upstream "
+            "(repeatable; e.g. its API token). Others are not passed, beyond PATH, HOME "
+            "and the like."
+        ),
+    ),
+]
+BearerEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--bearer-env",
+        metavar="NAME",
+        help="The environment variable holding a bearer token for an HTTP upstream.",
+    ),
+]
 PolicyOption = Annotated[
     Path,
     typer.Option(
@@ -137,6 +157,8 @@ def proxy(
     user: ProxyUser,
     upstream: UpstreamOption = None,
     upstream_url: UpstreamUrlOption = None,
+    pass_env: PassEnvOption = None,
+    bearer_env: BearerEnvOption = None,
     namespace: NamespaceOption = "upstream",
     approve_new: ApproveNewOption = False,
     permission: ProxyPermissions = None,
@@ -152,7 +174,7 @@ def proxy(
     """
     principal = _principal(tenant, user, permission)
     rules = _policy(policy)
-    target = _target(upstream, upstream_url)
+    target = _target(upstream, upstream_url, pass_env, bearer_env)
     app = _open_app(store, rules, keyring)
     asyncio.run(
         _serve(app, rules, target, namespace, principal, approve_new=approve_new, recheck=recheck),
@@ -167,6 +189,8 @@ def approve(
     by: OperatorOption,
     upstream: UpstreamOption = None,
     upstream_url: UpstreamUrlOption = None,
+    pass_env: PassEnvOption = None,
+    bearer_env: BearerEnvOption = None,
     namespace: NamespaceOption = "upstream",
     tool: ToolsOption = None,
     all_tools: AllOption = False,
@@ -179,7 +203,7 @@ def approve(
     if not by.strip():
         raise CliError("--by must name the person who approves")
     rules = _policy(policy)
-    target = _target(upstream, upstream_url)
+    target = _target(upstream, upstream_url, pass_env, bearer_env)
     app = _open_app(store, None, None)
     try:
         asyncio.run(
@@ -201,6 +225,8 @@ def list_pins(
     ] = None,
     upstream: UpstreamOption = None,
     upstream_url: UpstreamUrlOption = None,
+    pass_env: PassEnvOption = None,
+    bearer_env: BearerEnvOption = None,
     policy: Annotated[
         Path | None,
         typer.Option("--policy", metavar="FILE", help="With an upstream: hide what it hides."),
@@ -224,7 +250,7 @@ def list_pins(
         if policy is None:
             raise CliError("with --upstream or --upstream-url, --policy is required too")
         rules = _policy(policy)
-        target = _target(upstream, upstream_url)
+        target = _target(upstream, upstream_url, pass_env, bearer_env)
         asyncio.run(_states(pins, rules, target, namespace or "upstream"))
     finally:
         app.close()
@@ -259,15 +285,37 @@ def _policy(path: Path) -> UpstreamPolicy:
     return load_policy(path)
 
 
-def _target(command: str | None, url: str | None) -> UpstreamTarget:
+def _target(
+    command: str | None,
+    url: str | None,
+    pass_env: list[str] | None,
+    bearer_env: str | None,
+) -> UpstreamTarget:
     from handrail.mcp.upstream import HttpUpstream, StdioUpstream  # noqa: PLC0415
 
     if (command is None) == (url is None):
         raise CliError("give exactly one of --upstream COMMAND and --upstream-url URL")
     if command is not None:
-        return StdioUpstream.parse(command)
+        if bearer_env is not None:
+            raise CliError("--bearer-env is for --upstream-url; use --pass-env for a command")
+        parsed = StdioUpstream.parse(command)
+        return StdioUpstream(
+            command=parsed.command,
+            args=parsed.args,
+            env={name: _environment(name) for name in pass_env or ()},
+        )
     assert url is not None  # noqa: S101 - checked above
-    return HttpUpstream(url=url)
+    if pass_env:
+        raise CliError("--pass-env is for --upstream; use --bearer-env for a URL")
+    headers = {} if bearer_env is None else {"Authorization": f"Bearer {_environment(bearer_env)}"}
+    return HttpUpstream(url=url, headers=headers)
+
+
+def _environment(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise CliError(f"the environment variable {name!r} is not set")
+    return value
 
 
 def _open_app(store: str, rules: UpstreamPolicy | None, keyring: Path | None) -> Handrail:
