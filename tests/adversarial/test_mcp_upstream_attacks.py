@@ -27,6 +27,7 @@ from handrail.errors import ErrorCode
 from handrail.execution import ExecutionStatus
 from handrail.mcp import GatedServer, fixed_principal
 from handrail.mcp.pins import PinStatus
+from handrail.mcp.upstream import StdioUpstream
 from handrail.shaping.marking import read_block
 from mcp import Client
 
@@ -245,4 +246,25 @@ async def test_a_confirmed_write_of_a_tool_that_changed_upstream_meanwhile_does_
 
     assert "books.notes_add" not in proxy.served
     assert outcome.envelope.error_type is ErrorCode.UNKNOWN_TOOL, outcome.envelope
+    assert not await anyio.Path(state / "notes.txt").exists()
+
+
+async def test_a_write_whose_upstream_cannot_be_reached_fails_final_since_nothing_was_sent(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "up"
+    async with proxied(state, target=stdio_target(state)) as (proxy, app):
+        envelope = await app.handle(_call("books.notes_add", '{"text": "hi"}'), ALICE)
+        assert isinstance(envelope.data, dict)
+        plan_id = envelope.data["plan_id"]
+        token = await app.writes.issue_token(plan_id, ALICE)
+        await app.writes.confirm(plan_id, token.value, ALICE)
+        crashed = await app.handle(_call("books.crash", call_id="c2"), ALICE)
+        proxy.upstream.target = StdioUpstream(command=str(tmp_path / "no-such-server"))
+        outcome = await app.writes.execute_plan(plan_id, ALICE)
+        records = app.store.list_executions(tenant_id="acme")
+
+    assert crashed.error_type is ErrorCode.TRANSIENT
+    assert outcome.envelope.error_type is ErrorCode.FAILED_FINAL
+    assert [r.status for r in records] == [ExecutionStatus.FAILED_FINAL]
     assert not await anyio.Path(state / "notes.txt").exists()

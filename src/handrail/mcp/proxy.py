@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,7 +261,15 @@ class McpProxy:
 
     # --- calls ---------------------------------------------------------------------------
 
-    def _caller(self, name: str, definition_hash: str, *, writes: bool) -> Any:  # noqa: ANN401
+    def _caller(
+        self,
+        name: str,
+        definition_hash: str,
+        *,
+        writes: bool,
+    ) -> Callable[[dict[str, Any], ToolContext], Awaitable[object]]:
+        """The tool's implementation: one upstream call, while the pin still holds."""
+
         async def call(arguments: dict[str, Any], ctx: ToolContext) -> object:
             def still_pinned() -> bool:
                 served = self._served.get(name)

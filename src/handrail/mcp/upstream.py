@@ -221,8 +221,12 @@ class Upstream:
 
         `precheck` runs once connected, right before the request is sent (after a new
         connection's `on_connect`); False refuses the call with reason `disabled`.
+        Any failure before the request is sent (opening, checking) has `sent` False.
         """
-        client = await self._connected(timeout)
+        try:
+            client = await self._connected(timeout)
+        except UpstreamError as exc:
+            raise UpstreamError(exc.reason, exc.detail, sent=False) from None
         if precheck is not None and not precheck():
             raise UpstreamError("disabled", f"{name!r} may not be called now", sent=False)
         try:
@@ -295,6 +299,14 @@ class Upstream:
                 try:
                     tools = await self._list(client, timeout)
                     await self.on_connect(tools)
+                except UpstreamError:
+                    await self._drop()
+                    raise
+                except Exception as exc:
+                    # Nothing may go through a connection whose tools were not checked.
+                    await self._drop()
+                    detail = f"checking the tools failed ({type(exc).__name__})"
+                    raise UpstreamError("unavailable", detail, sent=False) from exc
                 except BaseException:
                     await self._drop()
                     raise
