@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools lock clean system-packages
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp lock clean system-packages npm-tools
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -22,6 +22,8 @@ help:
 	@echo "make bench-writes  durable executions/s vs a bare INSERT+UPDATE loop"
 	@echo "make bench-shaping 1 GB streamed log -> 16 KB view (RSS, vs wc); redaction MB/s on 100 MB"
 	@echo "make bench-tools   search_text vs rg --json; read_file tail of 100 MB; sandbox start"
+	@echo "make bench-mcp     a tool call through Handrail's MCP server vs a bare mcp SDK server"
+	@echo "make npm-tools     the pinned MCP Inspector CLI and reference MCP servers, into .tools/npm"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -58,6 +60,24 @@ system-packages:
 	  else echo "warning: missing$$missing; install ripgrep and bubblewrap (their tests will skip)"; fi; \
 	fi
 
+# The MCP Inspector's CLI (@modelcontextprotocol/inspector-cli: what `inspector --cli`
+# runs; the newest that runs on Node 20 on its own) and the reference MCP servers the MCP
+# tests drive, pinned in mcp-tools/package-lock.json and installed exactly (`npm ci`)
+# into .tools/npm; the stamp makes a re-run a no-op until the lock changes. Without npm
+# their tests skip with a reason, except under CI=true, where they fail.
+NPM_DIR := $(TOOLS)/npm
+NPM_STAMP := $(NPM_DIR)/.installed
+$(NPM_STAMP): mcp-tools/package.json mcp-tools/package-lock.json
+	@echo "installing the pinned MCP Inspector CLI and MCP servers into $(NPM_DIR)"
+	@mkdir -p $(NPM_DIR)
+	cp mcp-tools/package.json mcp-tools/package-lock.json $(NPM_DIR)/
+	npm ci --prefix $(NPM_DIR) --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+npm-tools:
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory -s $(NPM_STAMP); \
+	else echo "warning: npm missing; install Node.js 20+ (the MCP Inspector and npm MCP server tests will skip)"; fi
+
 lock: $(UV)
 	$(UV) pip compile pyproject.toml --group dev $(LOCK_FLAGS) -o requirements/dev.txt
 	$(UV) pip compile pyproject.toml --group dev --group bench $(LOCK_FLAGS) -o requirements/bench.txt
@@ -65,7 +85,7 @@ lock: $(UV)
 demo: $(VENV)/.synced system-packages
 	$(VENV)/bin/handrail demo
 
-test: $(VENV)/.synced system-packages
+test: $(VENV)/.synced system-packages npm-tools
 	$(VENV)/bin/python -m pytest --cov --cov-branch --cov-report=term --cov-fail-under=95 $(PYTEST_ARGS)
 
 lint: $(VENV)/.synced
@@ -91,6 +111,9 @@ bench-tools: $(VENV)/.synced system-packages
 	$(VENV)/bin/python bench/search_text.py
 	$(VENV)/bin/python bench/read_file_tail.py
 	$(VENV)/bin/python bench/sandbox_start.py
+
+bench-mcp: $(VENV)/.synced
+	$(VENV)/bin/python bench/mcp_overhead.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers

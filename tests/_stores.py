@@ -39,6 +39,7 @@ STORE_TABLES = (
     "conversations",
     "conversation_turns",
     "mcp_pins",
+    "api_keys",
 )
 
 RACE_TIMEOUT_S = 60.0

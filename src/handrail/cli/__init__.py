@@ -19,6 +19,7 @@ from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry
 from handrail.cli._conversations import conversations_app
 from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
+from handrail.cli._keys import keys_app
 from handrail.cli._mcp import mcp_app
 from handrail.cli._mcp_proxy import add_proxy_commands
 from handrail.cli._plans import plans_app
@@ -51,6 +52,7 @@ app.add_typer(conversations_app, name="conversations")
 app.add_typer(plans_app, name="plans")
 add_proxy_commands(mcp_app)
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(keys_app, name="keys")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)

@@ -5,6 +5,8 @@
 Over stdio the principal is the server's configuration (`--tenant`, `--user`,
 `--permission`), never anything a client sends. Nothing but protocol goes to stdout;
 errors go to stderr. The SDK is imported only when a command runs, never for `--help`.
+`--http HOST:PORT` serves Streamable HTTP instead (`handrail.cli._mcp_http`), where
+each request's bearer token names the principal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ from handrail.cli._common import (
     StoreOption,
     load_registry,
     one_line_errors,
+)
+from handrail.cli._mcp_http import (
+    AllowOriginOption,
+    ApiKeysOption,
+    HttpOption,
+    JwksOption,
+    JwtAudienceOption,
+    JwtIssuerOption,
+    ResourceUrlOption,
+    TenantClaimOption,
+    http_settings,
+    serve_over_http,
 )
 from handrail.errors import ConfigurationError
 from handrail.principal import Principal
@@ -54,12 +68,16 @@ mcp_app = typer.Typer(
 )
 
 ServeTenant = Annotated[
-    str,
-    typer.Option("--tenant", envvar="HANDRAIL_TENANT", help="Tenant the server acts for."),
+    str | None,
+    typer.Option(
+        "--tenant", envvar="HANDRAIL_TENANT", help="Tenant the server acts for (stdio only)."
+    ),
 ]
 ServeUser = Annotated[
-    str,
-    typer.Option("--user", envvar="HANDRAIL_USER", help="User id the server acts for."),
+    str | None,
+    typer.Option(
+        "--user", envvar="HANDRAIL_USER", help="User id the server acts for (stdio only)."
+    ),
 ]
 ServePermissions = Annotated[
     list[str] | None,
@@ -111,21 +129,48 @@ def serve(
     *,
     app_target: AppOption,
     store: StoreOption,
-    tenant: ServeTenant,
-    user: ServeUser,
+    tenant: ServeTenant = None,
+    user: ServeUser = None,
     permission: ServePermissions = None,
     keyring: KeyringOption = None,
     confirm_url: ConfirmUrlOption = None,
     name: NameOption = "handrail",
+    http: HttpOption = None,
+    api_keys: ApiKeysOption = True,
+    jwt_issuer: JwtIssuerOption = None,
+    jwt_audience: JwtAudienceOption = None,
+    jwks: JwksOption = None,
+    tenant_claim: TenantClaimOption = "tenant",
+    resource_url: ResourceUrlOption = None,
+    allow_origin: AllowOriginOption = None,
 ) -> None:
     """Serve the application's exposed tools to one client over stdin and stdout.
 
     Every call goes through the gate as the configured principal: the four checks,
     the risk decision, a plan awaiting confirmation for each write, shaped and marked
     results. The store keeps the audit trail and the plans.
+
+    With --http, it serves Streamable HTTP instead, to any number of clients; each
+    request's bearer token (an API key, or a JWT of --jwt-issuer) names the principal.
     """
-    principal = serving_principal(tenant=tenant, user=user, permissions=permission)
+    settings = http_settings(
+        http=http,
+        api_keys=api_keys,
+        jwt_issuer=jwt_issuer,
+        jwt_audience=jwt_audience,
+        jwks=jwks,
+        tenant_claim=tenant_claim,
+        resource_url=resource_url,
+        allowed_origins=allow_origin,
+    )
+    if settings is not None and (tenant or user or permission):
+        raise CliError("over --http each request's token names the principal: no --tenant/--user")
     page = None if confirm_url is None else confirmation_page(confirm_url)
+    if settings is not None:
+        app = open_app(store, load_registry(app_target), keyring)
+        serve_over_http(app, settings, name=name, confirm_url=page)
+        return
+    principal = serving_principal(tenant=tenant or "", user=user or "", permissions=permission)
     registry = load_registry(app_target)
     app = open_app(store, registry, keyring)
     server = build_server(app, principal, name=name, confirm_url=page)

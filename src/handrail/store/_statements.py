@@ -23,6 +23,7 @@ from handrail.plans import PlanState
 from handrail.store._rows import EXECUTION_MUTABLE as _EXECUTION_MUTABLE
 from handrail.store._rows import RAW_LISTED as _RAW_LISTED
 from handrail.store._tables import (
+    api_keys,
     conversations,
     executions,
     mcp_pins,
@@ -284,3 +285,4 @@ class Statements:
         self.insert_run = _ignoring_conflict(dialect, runs)
         self.insert_conversation = _ignoring_conflict(dialect, conversations)
         self.insert_pin = _ignoring_conflict(dialect, mcp_pins)
+        self.insert_api_key = _ignoring_conflict(dialect, api_keys)

@@ -181,3 +181,18 @@ mcp_pins = sa.Table(
     sa.Column("approved_at", _TIME, nullable=False),
     sa.Column("version", sa.Integer(), nullable=False),
 )
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("key_id", sa.String(32), primary_key=True),
+    sa.Column("tenant_id", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=False),
+    sa.Column("label", sa.String(256), nullable=False),
+    sa.Column("authority", sa.Text(), nullable=False),
+    sa.Column("secret_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("expires_at", _TIME),
+    sa.Column("revoked_at", _TIME),
+    sa.Index("ix_api_keys_tenant_created", "tenant_id", "created_at"),
+)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
@@ -25,7 +26,10 @@ __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state: audit, plans, nonces, approvals, executions, raw results, runs, pins."""
+    """Durable state: audit, plans, approvals, executions, raw results, runs, chats, keys, pins.
+
+    API keys are kept as the hash of their secret, never the secret.
+    """
 
     def migrate(self) -> None:
         """Bring the schema to the newest version; safe to call on every start."""
@@ -325,6 +329,34 @@ class Store(Protocol):
 
     def list_pins(self, *, upstream: str | None = None) -> list[PinRecord]:
         """Every pin (or one upstream's), ordered by upstream, then tool name."""
+        ...
+
+    # --- API keys ------------------------------------------------------------------------------
+
+    def insert_api_key(self, record: ApiKeyRecord) -> bool:
+        """Store a new key (its secret's hash only); False (nothing written) if its id is taken."""
+        ...
+
+    def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        """The key of an id, revoked or not, or None."""
+        ...
+
+    def list_api_keys(
+        self,
+        *,
+        tenant_id: str,
+        user_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ApiKeyRecord]:
+        """A tenant's (or one user's) keys, newest first. Ties: greater key id first."""
+        ...
+
+    def revoke_api_key(self, key_id: str, *, tenant_id: str, at: datetime) -> bool:
+        """Mark a key of this tenant revoked at `at` if it is not already.
+
+        A compare-and-set: False (nothing written) for an unknown key, a key of another
+        tenant, or one already revoked; its first revocation time stays.
+        """
         ...
 
     def close(self) -> None:

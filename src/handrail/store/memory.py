@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord, check_turns
 from handrail.errors import StoreError
 from handrail.events import AuditEvent, storable_events
@@ -43,6 +44,7 @@ class MemoryStore:
         self._conversations: dict[str, ConversationRecord] = {}
         self._turns: dict[str, list[str]] = {}
         self._pins: dict[tuple[str, str], PinRecord] = {}
+        self._api_keys: dict[str, ApiKeyRecord] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""
@@ -485,6 +487,51 @@ class MemoryStore:
         with self._lock:
             found = [p for p in self._pins.values() if upstream is None or p.upstream == upstream]
         return sorted(found, key=lambda p: (p.upstream, p.tool))
+
+    def insert_api_key(self, record: ApiKeyRecord) -> bool:
+        """Store a new key unless its id is taken."""
+        record = dataclasses.replace(
+            record,
+            created_at=record.created_at.astimezone(UTC),
+            expires_at=None if record.expires_at is None else record.expires_at.astimezone(UTC),
+            revoked_at=None if record.revoked_at is None else record.revoked_at.astimezone(UTC),
+        )
+        with self._lock:
+            if record.key_id in self._api_keys:
+                return False
+            self._api_keys[record.key_id] = record
+            return True
+
+    def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        """The key of an id."""
+        with self._lock:
+            return self._api_keys.get(key_id)
+
+    def list_api_keys(
+        self,
+        *,
+        tenant_id: str,
+        user_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ApiKeyRecord]:
+        """A tenant's (or a user's) keys, newest first."""
+        with self._lock:
+            found = [
+                k
+                for k in self._api_keys.values()
+                if k.tenant_id == tenant_id and (user_id is None or k.user_id == user_id)
+            ]
+        found.sort(key=lambda k: (k.created_at, k.key_id), reverse=True)
+        return found[: max(0, limit)]
+
+    def revoke_api_key(self, key_id: str, *, tenant_id: str, at: datetime) -> bool:
+        """Compare-and-set the revocation time of a key of this tenant."""
+        with self._lock:
+            found = self._api_keys.get(key_id)
+            if found is None or found.tenant_id != tenant_id or found.revoked_at is not None:
+                return False
+            self._api_keys[key_id] = dataclasses.replace(found, revoked_at=at.astimezone(UTC))
+            return True
 
     def close(self) -> None:
         """Nothing to release."""

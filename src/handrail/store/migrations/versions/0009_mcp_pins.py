@@ -6,14 +6,14 @@ compare-and-set. A tool whose definition upstream no longer hashes the same is n
 served until it is approved again.
 
 Revision ID: 0009
-Revises: 0007 (the integrator re-chains it after 0008)
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
