@@ -243,3 +243,13 @@ def test_secrets_for_the_upstream_come_from_named_environment_variables_only(
     assert "--upstream-url" in wrong_kind.output
     assert passed.exit_code == 0, passed.output
     assert "s3cret" not in passed.output
+
+
+def test_list_reads_an_existing_store_only(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+
+    result = _run("list", "--store", str(missing))
+
+    assert result.exit_code == 2
+    assert "no store" in result.output
+    assert not missing.exists()

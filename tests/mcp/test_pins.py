@@ -108,6 +108,18 @@ def test_of_racing_re_approvals_exactly_one_wins(store: Store, race: Race) -> No
     assert won.count(True) == 1
 
 
+def test_of_racing_first_approvals_exactly_one_is_stored(store: Store, race: Race) -> None:
+    def approve(i: int) -> bool:
+        return store.insert_pin(_pin(approved_by=f"op{i}"))
+
+    won = race(8, approve)
+
+    assert won.count(True) == 1
+    found = store.get_pin("books", "lookup")
+    assert found is not None
+    assert [p.approved_by for p in store.list_pins()] == [found.approved_by]
+
+
 def test_a_pin_record_refuses_what_no_store_column_holds() -> None:
     with pytest.raises(ValueError, match="hex"):
         _pin(definition_hash="XYZ")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from handrail.cli._common import CliError, HelpCommand, StoreOption, one_line_errors
+from handrail.cli._reconcile import open_existing_store
 from handrail.errors import ConfigurationError
 from handrail.principal import Principal
 
@@ -235,11 +236,14 @@ def list_pins(
     """List the pinned tool definitions; with an upstream, each listed tool's state now.
 
     States: pinned (served), changed (disabled until approved), new (waiting for
-    approval), hidden (by the policy), gone (pinned but no longer listed).
+    approval), hidden (by the policy), gone (pinned but no longer listed). Reads an
+    existing store only (a missing SQLite file is an error, never a new store).
     """
-    app = _open_app(store, None, None)
+    from handrail.mcp.pins import PinBook  # noqa: PLC0415 - not for --help
+
+    opened = open_existing_store(store)
     try:
-        pins = _book(app)
+        pins = PinBook(opened)  # a view: a change it finds is audited by the proxy
         if upstream is None and upstream_url is None:
             for pin in pins.pins(namespace):
                 typer.echo(
@@ -253,7 +257,7 @@ def list_pins(
         target = _target(upstream, upstream_url, pass_env, bearer_env)
         asyncio.run(_states(pins, rules, target, namespace or "upstream"))
     finally:
-        app.close()
+        opened.close()
 
 
 def add_proxy_commands(mcp_app: typer.Typer) -> None:
