@@ -38,6 +38,7 @@ STORE_TABLES = (
     "run_entries",
     "conversations",
     "conversation_turns",
+    "mcp_pins",
     "api_keys",
 )
 

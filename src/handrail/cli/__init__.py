@@ -21,6 +21,7 @@ from handrail.cli._demo import demo
 from handrail.cli._executions import executions_app
 from handrail.cli._keys import keys_app
 from handrail.cli._mcp import mcp_app
+from handrail.cli._mcp_proxy import add_proxy_commands
 from handrail.cli._plans import plans_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
@@ -49,6 +50,7 @@ app.add_typer(raw_app, name="raw")
 app.add_typer(runs_app, name="runs")
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(plans_app, name="plans")
+add_proxy_commands(mcp_app)
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(keys_app, name="keys")
 app.command("demo", cls=HelpCommand)(demo)

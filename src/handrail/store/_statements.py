@@ -26,6 +26,7 @@ from handrail.store._tables import (
     api_keys,
     conversations,
     executions,
+    mcp_pins,
     plan_approvals,
     plan_nonces,
     plans,
@@ -283,4 +284,5 @@ class Statements:
         self.claim_execution = claim_statement(dialect)
         self.insert_run = _ignoring_conflict(dialect, runs)
         self.insert_conversation = _ignoring_conflict(dialect, conversations)
+        self.insert_pin = _ignoring_conflict(dialect, mcp_pins)
         self.insert_api_key = _ignoring_conflict(dialect, api_keys)

@@ -170,6 +170,18 @@ conversation_turns = sa.Table(
     sa.Column("created_at", _TIME, nullable=False),
 )
 
+mcp_pins = sa.Table(
+    "mcp_pins",
+    metadata,
+    sa.Column("upstream", sa.String(64), primary_key=True),
+    sa.Column("tool", sa.String(128), primary_key=True),
+    sa.Column("definition_hash", sa.String(64), nullable=False),
+    sa.Column("definition", sa.Text(), nullable=False),
+    sa.Column("approved_by", sa.String(256), nullable=False),
+    sa.Column("approved_at", _TIME, nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+)
+
 api_keys = sa.Table(
     "api_keys",
     metadata,

@@ -17,6 +17,7 @@ from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState
@@ -25,7 +26,7 @@ __all__ = ["Store"]
 
 
 class Store(Protocol):
-    """Durable state: audit, plans, approvals, executions, raw results, runs, chats, keys.
+    """Durable state: audit, plans, approvals, executions, raw results, runs, chats, keys, pins.
 
     API keys are kept as the hash of their secret, never the secret.
     """
@@ -306,6 +307,28 @@ class Store(Protocol):
 
         Ties: greater conversation id first.
         """
+        ...
+
+    # --- pins of imported MCP tools -----------------------------------------------------------
+
+    def insert_pin(self, record: PinRecord) -> bool:
+        """Store the first approved definition of a tool (version 1); False if one exists."""
+        ...
+
+    def replace_pin(self, record: PinRecord, *, expect_version: int) -> bool:
+        """Write a re-approval over the stored pin if it is still at `expect_version`.
+
+        `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
+        False (nothing written) for an unknown or moved pin.
+        """
+        ...
+
+    def get_pin(self, upstream: str, tool: str) -> PinRecord | None:
+        """The pin of one upstream tool, or None."""
+        ...
+
+    def list_pins(self, *, upstream: str | None = None) -> list[PinRecord]:
+        """Every pin (or one upstream's), ordered by upstream, then tool name."""
         ...
 
     # --- API keys ------------------------------------------------------------------------------

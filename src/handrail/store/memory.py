@@ -16,6 +16,7 @@ from handrail.conversations import ConversationRecord, check_turns
 from handrail.errors import StoreError
 from handrail.events import AuditEvent, storable_events
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_entries, check_successor
@@ -42,6 +43,7 @@ class MemoryStore:
         self._run_entries: dict[str, list[str]] = {}
         self._conversations: dict[str, ConversationRecord] = {}
         self._turns: dict[str, list[str]] = {}
+        self._pins: dict[tuple[str, str], PinRecord] = {}
         self._api_keys: dict[str, ApiKeyRecord] = {}
 
     def migrate(self) -> None:
@@ -450,6 +452,42 @@ class MemoryStore:
         found.sort(key=lambda c: (c.updated_at, c.conversation_id), reverse=True)
         return found[: max(0, limit)]
 
+    def insert_pin(self, record: PinRecord) -> bool:
+        """Store a first approval unless the tool has a pin."""
+        if record.version != 1:
+            msg = "a new pin starts at version 1"
+            raise ValueError(msg)
+        key = (record.upstream, record.tool)
+        with self._lock:
+            if key in self._pins:
+                return False
+            self._pins[key] = _utc_pin(record)
+            return True
+
+    def replace_pin(self, record: PinRecord, *, expect_version: int) -> bool:
+        """Compare-and-set a re-approval on the stored version."""
+        if record.version != expect_version + 1:
+            msg = "a replaced pin's version is expect_version + 1"
+            raise ValueError(msg)
+        key = (record.upstream, record.tool)
+        with self._lock:
+            found = self._pins.get(key)
+            if found is None or found.version != expect_version:
+                return False
+            self._pins[key] = _utc_pin(record)
+            return True
+
+    def get_pin(self, upstream: str, tool: str) -> PinRecord | None:
+        """The pin of one upstream tool."""
+        with self._lock:
+            return self._pins.get((upstream, tool))
+
+    def list_pins(self, *, upstream: str | None = None) -> list[PinRecord]:
+        """Every pin (or one upstream's), by upstream and tool."""
+        with self._lock:
+            found = [p for p in self._pins.values() if upstream is None or p.upstream == upstream]
+        return sorted(found, key=lambda p: (p.upstream, p.tool))
+
     def insert_api_key(self, record: ApiKeyRecord) -> bool:
         """Store a new key unless its id is taken."""
         record = dataclasses.replace(
@@ -506,6 +544,11 @@ def _due(record: ExecutionRecord, now: datetime) -> bool:
     if record.status is ExecutionStatus.UNKNOWN:
         return lease_free and record.next_check_at is not None and record.next_check_at <= now
     return False
+
+
+def _utc_pin(record: PinRecord) -> PinRecord:
+    # Times read back in UTC, as from the SQL stores.
+    return dataclasses.replace(record, approved_at=record.approved_at.astimezone(UTC))
 
 
 def _utc_run(record: RunRecord) -> RunRecord:

@@ -41,6 +41,7 @@ from handrail.store._rows import raw_row as _raw_row
 from handrail.store._rows import utc as _utc
 from handrail.store._sql_api_keys import SqlApiKeys
 from handrail.store._sql_conversations import SqlConversations
+from handrail.store._sql_pins import SqlPins
 from handrail.store._sql_runs import SqlRuns
 from handrail.store._statements import (
     LIST_RAW,
@@ -95,11 +96,12 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
     return connection.execution_options(handrail_immediate=True)
 
 
-class SqlStore(SqlConversations, SqlRuns, SqlApiKeys):
+class SqlStore(SqlConversations, SqlRuns, SqlApiKeys, SqlPins):
     """A Store on any SQLAlchemy engine whose dialect the migrations support.
 
     Conversations are kept by `SqlConversations` (`handrail.store._sql_conversations`),
-    API keys by `SqlApiKeys` (`handrail.store._sql_api_keys`).
+    API keys by `SqlApiKeys` (`handrail.store._sql_api_keys`), MCP tool pins by
+    `SqlPins` (`handrail.store._sql_pins`).
     """
 
     def __init__(self, engine: sa.Engine, *, autocommit: sa.Engine | None = None) -> None:
