@@ -144,7 +144,7 @@ def serve(
     resource_url: ResourceUrlOption = None,
     allow_origin: AllowOriginOption = None,
 ) -> None:
-    """Serve the application's exposed tools to one client over stdin and stdout.
+    """Serve the application's exposed tools over stdio, or over HTTP with --http.
 
     Every call goes through the gate as the configured principal: the four checks,
     the risk decision, a plan awaiting confirmation for each write, shaped and marked

@@ -8,11 +8,11 @@ not declare the schema of its result, and `structuredContent` is the envelope.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import mcp_types as types
 
+from handrail.adapters._common import plain_json
 from handrail.spec import SideEffect, ToolSpec
 
 __all__ = ["tool_annotations", "tool_definition", "tool_definitions"]
@@ -23,7 +23,7 @@ def tool_definition(spec: ToolSpec) -> types.Tool:
     return types.Tool(
         name=spec.name,
         description=spec.description,
-        input_schema=_plain(spec.input_schema),
+        input_schema=plain_json(spec.input_schema),
         annotations=tool_annotations(spec),
     )
 
@@ -52,16 +52,3 @@ def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
         idempotent_hint=read_only and hints.idempotent is not False,
         open_world_hint=spec.side_effect is not SideEffect.LOCAL_WRITE or hints.open_world is True,
     )
-
-
-def _plain(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a read-only schema mapping, sharing nothing with the spec."""
-    return {str(key): _plain_value(item) for key, item in value.items()}
-
-
-def _plain_value(value: object) -> Any:  # noqa: ANN401 - a JSON value of any shape
-    if isinstance(value, Mapping):
-        return {str(key): _plain_value(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain_value(item) for item in value]
-    return value
