@@ -382,6 +382,22 @@ async def test_the_offered_state_is_sealed_and_names_no_plan(app: Handrail) -> N
             await _retry(client, offered.request_state[:-2] + "xx")
 
 
+async def test_without_a_confirmation_page_any_request_state_is_refused(app: Handrail) -> None:
+    server = _server(app)  # no confirm_url: no offers, so no state this server sealed
+    async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:
+        plain = await client.session.call_tool("lib.order_book", {"title": "Dune"})
+        [plan] = app.store.list_plans(tenant_id="t1")
+        # The model (or anyone) sends a plan id back as request state: nothing runs.
+        result = await _retry(client, plan.plan.plan_id)
+    assert isinstance(plain, types.CallToolResult)
+    assert _structured(plain)["error_type"] == "NEEDS_CONFIRMATION"
+    assert isinstance(result, types.CallToolResult)
+    assert result.is_error
+    assert _structured(result)["error_type"] == "INVALID_ARGUMENTS"
+    assert _structured(result)["data"] is None
+    assert [p.plan.plan_id for p in app.store.list_plans(tenant_id="t1")] == [plan.plan.plan_id]
+
+
 async def test_a_retry_after_the_plan_was_rejected_says_it_closed(app: Handrail) -> None:
     server = _server(app, confirm_url=lambda plan: f"https://shop.example/plans/{plan}")
     async with Client(server.lowlevel, mode="auto", elicitation_callback=_accept) as client:

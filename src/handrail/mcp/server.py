@@ -154,12 +154,15 @@ class GatedServer:
         )
         # 2026-era confirmation offers travel as InputRequiredResult: their request state
         # (a plan id) is sealed, bound to the request, this server and the principal.
-        security = RequestStateSecurity(
-            keys=[state_key or os.urandom(32)],
-            ttl=elicitation_timeout,
-            bind_principal=self._principal_claim,
-        )
-        self._server.middleware.append(RequestStateBoundary(security, default_audience=name))
+        # Without a confirmation page there are no offers, so no state to unseal: the
+        # boundary (a cost on every request) is left out and any state is refused.
+        if confirm_url is not None:
+            security = RequestStateSecurity(
+                keys=[state_key or os.urandom(32)],
+                ttl=elicitation_timeout,
+                bind_principal=self._principal_claim,
+            )
+            self._server.middleware.append(RequestStateBoundary(security, default_audience=name))
         self._server.add_notification_handler(
             "notifications/initialized",
             types.NotificationParams,
@@ -236,6 +239,8 @@ class GatedServer:
         if principal is None:
             return call_result(_unidentified(call), self._marker)
         if params.request_state is not None:
+            if self._confirm_url is None:
+                return call_result(_unsealed_state(call), self._marker)
             # A 2026-era retry after the confirmation page was offered: the same plan,
             # never a second one. The state was sealed by this server for this request.
             return call_result(
@@ -431,6 +436,22 @@ def _plan_gone(call: ToolCall, tool: str | None = None, state: PlanState | None 
             f"call. Ask the user what they decided in the application."
         ),
         error=ErrorDetail(code=ErrorCode.PLAN_CLOSED),
+        trust=Trust.HANDRAIL,
+        source=HANDRAIL_SOURCE,
+    )
+
+
+def _unsealed_state(call: ToolCall) -> Envelope:
+    """The answer to request state this server never sent (it offers no confirmation page)."""
+    return Envelope(
+        call_id=call.id,
+        tool=escape_lone_surrogates(call.name[:_MAX_NAME]),
+        status=Status.ERROR,
+        summary=(
+            "This server sent no request state to return; nothing was run. Make the call "
+            "again without it."
+        ),
+        error=ErrorDetail(code=ErrorCode.INVALID_ARGUMENTS),
         trust=Trust.HANDRAIL,
         source=HANDRAIL_SOURCE,
     )
