@@ -16,14 +16,16 @@ elicitation offering the application's confirmation page where the client suppor
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
+import logging
 import os
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import nullcontext
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, ParamSpec, TypeAlias, TypeVar
 
 import anyio
 import mcp_types as types
@@ -34,6 +36,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -55,6 +58,8 @@ __all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
 
 PrincipalSource: TypeAlias = Callable[[], Principal | None]
 """Who is calling, asked once per request; None refuses the request and runs nothing."""
+
+_log = logging.getLogger(__name__)
 
 PROVIDER: Final = "mcp"
 """The `provider` of every ToolCall built from a `tools/call`."""
@@ -147,8 +152,8 @@ class GatedServer:
             name,
             version=version,
             instructions=instructions,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            on_list_tools=_contained(self._list_tools),
+            on_call_tool=_contained(self._call_tool),
             on_subscriptions_listen=self._subscriptions_listen,
             get_tool_input_schema=_no_header_parameters,
         )
@@ -215,7 +220,7 @@ class GatedServer:
         """The tools this principal may see, all on one page; none without a principal."""
         del ctx, params  # one page holds every tool; the caller is the principal source's
         self._loops.add(asyncio.get_running_loop())
-        principal = self._principal()
+        principal = self._caller()
         if principal is None:
             return types.ListToolsResult(tools=[])
         return types.ListToolsResult(tools=tool_definitions(self._exposure(principal).included))
@@ -235,7 +240,7 @@ class GatedServer:
             arguments=params.arguments,
             provider=PROVIDER,
         )
-        principal = self._principal()
+        principal = self._caller()
         if principal is None:
             return call_result(_unidentified(call), self._marker)
         if params.request_state is not None:
@@ -262,6 +267,14 @@ class GatedServer:
             if offer is not None:
                 return offer
         return call_result(envelope, self._marker)
+
+    def _caller(self) -> Principal | None:
+        """This request's principal; None (refused) when the source fails, which is logged."""
+        try:
+            return self._principal()
+        except Exception:  # noqa: BLE001 - fail closed: an unidentified caller runs nothing
+            _log.exception("the principal source failed; the request is refused")
+            return None
 
     def _exposure(self, principal: Principal) -> Exposure:
         """What this principal is shown, remembered until the registry changes."""
@@ -331,7 +344,7 @@ class GatedServer:
     def _principal_claim(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """Who a sealed request state belongs to: the tenant and user of the request."""
         del ctx
-        principal = self._principal()
+        principal = self._caller()
         return None if principal is None else json.dumps([principal.tenant_id, principal.user_id])
 
     # --- list_changed ----------------------------------------------------------------------------
@@ -387,6 +400,33 @@ class GatedServer:
 
 
 _MAX_EXPOSURES: Final = 1024
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _contained(handler: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """`handler`, whose unexpected failure reaches the client as a generic error.
+
+    The SDK answers a handshake-era request whose handler raised with the exception's
+    text; that text (a database address, a path) is the operator's, never a client's.
+    The failure is logged here instead.
+    """
+
+    @functools.wraps(handler)
+    async def contained(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await handler(*args, **kwargs)
+        except MCPError:
+            raise
+        except Exception:  # noqa: BLE001 - logged here; the client gets no internals
+            _log.exception("an MCP request handler failed")
+            raise MCPError(code=types.INTERNAL_ERROR, message=_INTERNAL) from None
+
+    return contained
+
+
+_INTERNAL: Final = "Internal error: the request could not be completed"
 
 
 def _no_header_parameters(name: str) -> None:
