@@ -17,28 +17,34 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import anyio.to_thread
 import jwt
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from pydantic import ConfigDict, InstanceOf
+from starlette.responses import JSONResponse
 
 from handrail.api_keys import KEY_PREFIX
 from handrail.clock import Clock, SystemClock
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, ErrorCode
 from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "ApiKeyAuthenticator",
     "Authenticator",
+    "AuthenticatorUnavailableError",
     "AuthenticatorVerifier",
     "ClaimsMapping",
     "FirstOf",
     "JwtAuthenticator",
     "PrincipalToken",
+    "UnavailableAs503",
     "principal_from_request",
 ]
 
@@ -350,10 +356,19 @@ class AuthenticatorVerifier:
         self._resource = resource_url
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        """A PrincipalToken for a token the authenticator accepts, else None (401)."""
+        """A PrincipalToken for a token the authenticator accepts, else None (401).
+
+        An authenticator that fails (its store unreachable) proves nothing either way:
+        AuthenticatorUnavailableError, which `UnavailableAs503` answers. Never a 401,
+        which would tell the client its good key is bad.
+        """
         if not token or len(token) > _MAX_TOKEN:
             return None
-        principal = await self._authenticator.authenticate(token)
+        try:
+            principal = await self._authenticator.authenticate(token)
+        except Exception as exc:
+            _log.exception("the authenticator failed; the request is refused (503)")
+            raise AuthenticatorUnavailableError from exc
         if principal is None:
             return None
         return PrincipalToken(
@@ -375,3 +390,48 @@ def principal_from_request() -> Principal | None:
     """
     token = get_access_token()
     return token.principal if isinstance(token, PrincipalToken) else None
+
+
+class AuthenticatorUnavailableError(Exception):
+    """The authenticator could not decide (its store is unreachable): nothing may run."""
+
+
+_UNAVAILABLE = {
+    "error": "temporarily_unavailable",
+    "error_description": (
+        "The credential could not be checked right now; nothing was run. Try again later."
+    ),
+    "code": ErrorCode.TRANSIENT.value,
+}
+_RETRY_AFTER = "5"
+
+
+class UnavailableAs503:
+    """ASGI middleware: an authenticator that failed is a 503 with a stable code.
+
+    Without it the failure escapes the SDK's bearer middleware as a bare 500 (and its
+    traceback in the server's log is all anyone learns). Fails closed: nothing runs.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; answer 503 if the authenticator failed before any answer."""
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._app(scope, receive, watched)
+        except AuthenticatorUnavailableError:
+            if started:
+                raise
+            response = JSONResponse(_UNAVAILABLE, 503, headers={"Retry-After": _RETRY_AFTER})
+            await response(scope, receive, send)

@@ -24,7 +24,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 
 from handrail.errors import ConfigurationError
-from handrail.mcp.auth import Authenticator, AuthenticatorVerifier
+from handrail.mcp.auth import Authenticator, AuthenticatorVerifier, UnavailableAs503
 
 if TYPE_CHECKING:
     import uvicorn
@@ -95,6 +95,7 @@ def http_app(
         auth=auth,
         token_verifier=AuthenticatorVerifier(authenticator, resource_url=resource_url),
     )
+    app.add_middleware(UnavailableAs503)  # an authenticator that failed: 503, not 500
     # Outermost: Host and Origin are refused before any token is looked at.
     app.add_middleware(_HostOriginGuard, settings=security)
     return app
