@@ -55,6 +55,8 @@ from handrail.mcp.upstream import Upstream, UpstreamError, UpstreamTool
 __all__ = ["ImportReport", "McpProxy", "UpstreamTimeout", "as_draft_2020"]
 
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_SEGMENTS = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(?:\.[A-Za-z][A-Za-z0-9_-]{0,63})*")
+_MAX_NAME = 128  # a Handrail tool name, namespace included
 _ACTOR = "mcp-proxy"
 MAX_DESCRIPTION = 8_000
 """A longer description is not imported: the model would read all of it with every list."""
@@ -190,6 +192,13 @@ class McpProxy:
                 hidden.append(name)
                 self._withdraw(name)
                 continue
+            problem = self._unusable(listed_tool)
+            if problem is not None:
+                # Refused before it is pinned or hashed: one unusable definition never
+                # stops the upstream's other tools from being checked and served.
+                refused.append((name, problem))
+                self._withdraw(name)
+                continue
             check = self.pins.check(self.namespace, listed_tool)
             if check.status is PinStatus.NEW and self._approve_new:
                 self.pins.approve(self.namespace, listed_tool, actor="policy:approve_new")
@@ -237,13 +246,28 @@ class McpProxy:
         except UnknownToolError:
             pass
 
+    def _unusable(self, listed: UpstreamTool) -> str | None:
+        """Why a listed definition can be neither pinned nor served, or None."""
+        full = self.full_name(listed.name)
+        if len(full) > _MAX_NAME or not _SEGMENTS.fullmatch(full):
+            return (
+                f"its name does not make a Handrail tool name (at most {_MAX_NAME} "
+                f"characters with the namespace; dot-separated segments of ASCII letters, "
+                f"digits, '_' or '-', each starting with a letter)"
+            )
+        if len(listed.description.strip()) > MAX_DESCRIPTION:
+            return f"its description is over {MAX_DESCRIPTION} characters"
+        try:
+            canonical = listed.canonical()
+        except ValueError as exc:  # a number JSON cannot carry exactly, a lone surrogate
+            return f"its definition has no exact canonical JSON ({type(exc).__name__})"
+        if len(canonical) > MAX_DEFINITION:
+            return f"its definition is over {MAX_DEFINITION} characters"
+        return None
+
     def _tool(self, listed: UpstreamTool, rule: ToolRule, definition_hash: str) -> Tool:
         name = listed.name
         description = listed.description.strip() or f"Tool {name} of upstream {self.namespace}."
-        if len(description) > MAX_DESCRIPTION:
-            raise RegistrationError(f"its description is over {MAX_DESCRIPTION} characters")
-        if len(listed.canonical()) > MAX_DEFINITION:
-            raise RegistrationError(f"its definition is over {MAX_DEFINITION} characters")
         return Tool.from_json_schema(
             name=self.full_name(name),
             description=description,
