@@ -39,7 +39,7 @@ __all__ = [
     "ToolSpec",
 ]
 
-_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _MAX_NAME = 128
 
 
@@ -239,7 +239,7 @@ class BusinessValue:
 
 def _check_name(name: str) -> None:
     segments = name.split(".")
-    if len(name) > _MAX_NAME or not all(_SEGMENT.match(s) for s in segments):
+    if len(name) > _MAX_NAME or not all(_SEGMENT.fullmatch(s) for s in segments):
         raise RegistrationError(
             f"invalid tool name {name!r}: use dot-separated segments of letters, digits, "
             f"'_' or '-', each starting with a letter, at most 64 characters each",
