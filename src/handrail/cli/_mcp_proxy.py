@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from handrail.cli._common import CliError, HelpCommand, StoreOption, one_line_errors
+from handrail.cli._raw import shown
 from handrail.cli._reconcile import open_existing_store
 from handrail.errors import ConfigurationError
 from handrail.principal import Principal
@@ -396,10 +397,11 @@ def _report(report: ImportReport) -> None:
             f"not served until `handrail mcp approve`",
             err=True,
         )
+    # Upstream names are untrusted text: escaped, so none can rewrite the terminal.
     for name in report.hidden:
-        typer.echo(f"hidden\t{name}", err=True)
+        typer.echo(f"hidden\t{shown(name)}", err=True)
     for name, reason in report.refused:
-        typer.echo(f"refused\t{name}\t{reason}", err=True)
+        typer.echo(f"refused\t{shown(name)}\t{reason}", err=True)
 
 
 async def _serve(
@@ -489,6 +491,7 @@ async def _states(
     pins: PinBook, rules: UpstreamPolicy, target: UpstreamTarget, namespace: str
 ) -> None:
     from handrail.mcp.pins import PinStatus  # noqa: PLC0415
+    from handrail.mcp.proxy import unusable  # noqa: PLC0415
     from handrail.mcp.upstream import Upstream  # noqa: PLC0415
 
     upstream = Upstream(target)
@@ -499,12 +502,17 @@ async def _states(
     seen = set()
     for tool in sorted(listed, key=lambda t: t.name):
         seen.add(tool.name)
+        name = shown(tool.name)  # untrusted text: escaped for the terminal
         if rules.rule(tool.name) is None:
-            typer.echo(f"{namespace}.{tool.name}\thidden")
+            typer.echo(f"{namespace}.{name}\thidden")
+            continue
+        problem = unusable(namespace, tool)
+        if problem is not None:
+            typer.echo(f"{namespace}.{name}\trefused\t{problem}")
             continue
         check = await asyncio.to_thread(pins.check, namespace, tool)
         state = "pinned" if check.status is PinStatus.PINNED else check.status.value
         typer.echo(f"{namespace}.{tool.name}\t{state}\tsha256:{tool.definition_hash()[:16]}")
     for pin in pins.pins(namespace):
         if pin.tool not in seen:
-            typer.echo(f"{namespace}.{pin.tool}\tgone\tsha256:{pin.definition_hash[:16]}")
+            typer.echo(f"{namespace}.{shown(pin.tool)}\tgone\tsha256:{pin.definition_hash[:16]}")

@@ -52,7 +52,7 @@ from handrail.mcp.pins import PinBook, PinCheck, PinStatus
 from handrail.mcp.policy import ToolRule, UpstreamPolicy
 from handrail.mcp.upstream import Upstream, UpstreamError, UpstreamTool
 
-__all__ = ["ImportReport", "McpProxy", "UpstreamTimeout", "as_draft_2020"]
+__all__ = ["ImportReport", "McpProxy", "UpstreamTimeout", "as_draft_2020", "unusable"]
 
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _SEGMENTS = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(?:\.[A-Za-z][A-Za-z0-9_-]{0,63})*")
@@ -192,7 +192,7 @@ class McpProxy:
                 hidden.append(name)
                 self._withdraw(name)
                 continue
-            problem = self._unusable(listed_tool)
+            problem = unusable(self.namespace, listed_tool)
             if problem is not None:
                 # Refused before it is pinned or hashed: one unusable definition never
                 # stops the upstream's other tools from being checked and served.
@@ -246,25 +246,6 @@ class McpProxy:
         except UnknownToolError:
             pass
 
-    def _unusable(self, listed: UpstreamTool) -> str | None:
-        """Why a listed definition can be neither pinned nor served, or None."""
-        full = self.full_name(listed.name)
-        if len(full) > _MAX_NAME or not _SEGMENTS.fullmatch(full):
-            return (
-                f"its name does not make a Handrail tool name (at most {_MAX_NAME} "
-                f"characters with the namespace; dot-separated segments of ASCII letters, "
-                f"digits, '_' or '-', each starting with a letter)"
-            )
-        if len(listed.description.strip()) > MAX_DESCRIPTION:
-            return f"its description is over {MAX_DESCRIPTION} characters"
-        try:
-            canonical = listed.canonical()
-        except ValueError as exc:  # a number JSON cannot carry exactly, a lone surrogate
-            return f"its definition has no exact canonical JSON ({type(exc).__name__})"
-        if len(canonical) > MAX_DEFINITION:
-            return f"its definition is over {MAX_DEFINITION} characters"
-        return None
-
     def _tool(self, listed: UpstreamTool, rule: ToolRule, definition_hash: str) -> Tool:
         name = listed.name
         description = listed.description.strip() or f"Tool {name} of upstream {self.namespace}."
@@ -316,6 +297,29 @@ class McpProxy:
             return result.value()
 
         return call
+
+
+def unusable(namespace: str, listed: UpstreamTool) -> str | None:
+    """Why a listed definition can be neither pinned nor served in `namespace`, or None.
+
+    The reason never quotes the upstream's text.
+    """
+    full = f"{namespace}.{listed.name}"
+    if len(full) > _MAX_NAME or not _SEGMENTS.fullmatch(full):
+        return (
+            f"its name does not make a Handrail tool name (at most {_MAX_NAME} "
+            f"characters with the namespace; dot-separated segments of ASCII letters, "
+            f"digits, '_' or '-', each starting with a letter)"
+        )
+    if len(listed.description.strip()) > MAX_DESCRIPTION:
+        return f"its description is over {MAX_DESCRIPTION} characters"
+    try:
+        canonical = listed.canonical()
+    except ValueError as exc:  # a number JSON cannot carry exactly, a lone surrogate
+        return f"its definition has no exact canonical JSON ({type(exc).__name__})"
+    if len(canonical) > MAX_DEFINITION:
+        return f"its definition is over {MAX_DEFINITION} characters"
+    return None
 
 
 _DRAFT_07 = frozenset(
