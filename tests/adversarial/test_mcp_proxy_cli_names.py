@@ -79,6 +79,7 @@ def test_hostile_names_are_shown_escaped_and_unusable_tools_refused(
     assert approved.exit_code == 0, approved.output
     assert "approved up.ok" in approved.output
     assert "approved up.count" not in approved.output
+    assert "refused\tup.count\t" in approved.output
     assert "\x1b" not in approved.output
     assert listed.exit_code == 0, listed.output
     assert "\x1b" not in listed.output

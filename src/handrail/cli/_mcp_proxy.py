@@ -468,6 +468,8 @@ async def _approve(
         report = await firewall.sync(timeout=_CONNECT_TIMEOUT)
     finally:
         await firewall.aclose()
+    for name, reason in report.refused:
+        typer.echo(f"refused\t{namespace}.{shown(name)}\t{reason}")
     waiting = {check.tool.name: check for check in report.pending}
     unknown = names - set(waiting)
     if unknown:
