@@ -59,7 +59,9 @@ class PinBook:
     """The pins of upstream tools in a store, with their audit trail.
 
     Store calls block; async callers run them in a worker thread. A drift is audited
-    once per (upstream, tool, listed hash) in this process, not on every check.
+    once per listed definition in this process, not on every check: only the last
+    one reported per tool is remembered, so an upstream that lists a new definition
+    every time cannot grow this process's memory.
     """
 
     def __init__(
@@ -73,7 +75,7 @@ class PinBook:
         self._store = store
         self._clock = clock or SystemClock()
         self._auditor = Auditor(audit, self._clock, new_id=new_id)
-        self._reported: set[tuple[str, str, str]] = set()
+        self._reported: dict[tuple[str, str], str] = {}
 
     def check(self, upstream: str, tool: UpstreamTool) -> PinCheck:
         """Compare a listed definition with its pin; a change is audited as a drift."""
@@ -132,10 +134,10 @@ class PinBook:
 
     def _drifted(self, upstream: str, tool: UpstreamTool, pin: PinRecord) -> None:
         listed = tool.definition_hash()
-        key = (upstream, tool.name, listed)
-        if key in self._reported:
+        key = (upstream, tool.name)
+        if self._reported.get(key) == listed:
             return
-        self._reported.add(key)
+        self._reported[key] = listed
         self._emit(
             upstream,
             tool.name,

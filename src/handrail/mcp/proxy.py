@@ -128,6 +128,8 @@ class McpProxy:
         self._served: dict[str, _Served] = {}
         self._lock = asyncio.Lock()
         self._follow: set[asyncio.Task[None]] = set()
+        self._resync_waiting = False
+        self._resyncing = asyncio.Lock()
         self.resynced = asyncio.Event()
         """Set each time a list_changed notification of the upstream has been followed."""
         upstream.on_connect = self._on_connect
@@ -155,14 +157,23 @@ class McpProxy:
         await self.upstream.aclose()
 
     def _list_changed(self) -> None:
+        # Notifications that arrive while a look is still waiting to start are covered
+        # by it: a flood of them queues one look, never one task each.
+        if self._resync_waiting:
+            return
+        self._resync_waiting = True
         task = asyncio.get_running_loop().create_task(self._resync())
         self._follow.add(task)
         task.add_done_callback(self._follow.discard)
 
     async def _resync(self) -> None:
-        # A failure here is the upstream's; the next connection checks the pins again.
-        with contextlib.suppress(UpstreamError):
-            await self.sync()
+        # One look at a time. Once this one starts, a new notification needs a look
+        # of its own (this one may have listed already), so at most one runs and one
+        # waits. A failure is the upstream's; the next connection checks again.
+        async with self._resyncing:
+            self._resync_waiting = False
+            with contextlib.suppress(UpstreamError):
+                await self.sync()
         self.resynced.set()
 
     # --- import ------------------------------------------------------------------------
