@@ -3,7 +3,8 @@
 Owns the stdio transport (newline-delimited JSON-RPC over a child's pipes, each line
 bounded; the SDK's own stdio client keeps an unterminated line in memory however long
 it grows) and an HTTP client whose response bodies stop at the bound (SSE events are
-bounded one by one by the SDK). Past the bound the connection ends and `overflow` is
+bounded one by one by the SDK) and which takes no compressed body (a bound on bytes
+sent says nothing of what they decode to). Past the bound the connection ends and `overflow` is
 told why. Parsing and framing of messages are the SDK's; this module only moves bytes.
 """
 
@@ -187,7 +188,16 @@ class _BoundedHttp(httpx2.AsyncBaseTransport):
         self._overflow = overflow
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # Bounds count bytes as sent: a compressed body could expand a thousandfold
+        # past them while it is decoded. So none is asked for, and none is taken.
+        request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in {"", "identity"}:
+            await response.aclose()
+            detail = f"a compressed HTTP body ({encoding[:32]!r}) that was not asked for"
+            self._overflow(detail)
+            raise httpx2.ReadError(detail, request=request)
         if response.headers.get("content-type", "").startswith("text/event-stream"):
             return response  # events are bounded one by one by the SDK (max_sse_event_size)
         return httpx2.Response(
