@@ -24,6 +24,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 
 from handrail.errors import ConfigurationError
+from handrail.mcp._sessions import SESSIONS_PER_PRINCIPAL, cap_sessions_per_principal
 from handrail.mcp.auth import Authenticator, AuthenticatorVerifier, UnavailableAs503
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ def http_app(
         auth=auth,
         token_verifier=AuthenticatorVerifier(authenticator, resource_url=resource_url),
     )
+    cap_sessions_per_principal(lowlevel.session_manager, SESSIONS_PER_PRINCIPAL)
     app.add_middleware(UnavailableAs503)  # an authenticator that failed: 503, not 500
     # Outermost: Host and Origin are refused before any token is looked at.
     app.add_middleware(_HostOriginGuard, settings=security)
