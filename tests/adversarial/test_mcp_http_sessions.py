@@ -17,7 +17,7 @@ import pytest
 from starlette.types import ASGIApp
 
 from _mcp_http import WAIT_S, App, Served, build_app, running
-from handrail.mcp._sessions import SESSIONS_PER_PRINCIPAL
+from handrail.mcp._guards import SESSIONS_PER_PRINCIPAL
 from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
 from handrail.mcp.http import http_app
 from handrail.mcp.keys import ApiKeys

@@ -24,7 +24,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 
 from handrail.errors import ConfigurationError
-from handrail.mcp._sessions import SESSIONS_PER_PRINCIPAL, cap_sessions_per_principal
+from handrail.mcp._guards import SESSIONS_PER_PRINCIPAL, cap_sessions_per_principal
 from handrail.mcp.auth import Authenticator, AuthenticatorVerifier, UnavailableAs503
 
 if TYPE_CHECKING:

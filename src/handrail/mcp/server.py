@@ -16,16 +16,15 @@ elicitation offering the application's confirmation page where the client suppor
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import json
 import logging
 import os
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import Any, Final, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias
 
 import anyio
 import mcp_types as types
@@ -36,7 +35,6 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
-from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -47,6 +45,7 @@ from handrail.declare.exposure import Exposure
 from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode, HandrailError
 from handrail.mcp._definitions import tool_definitions
+from handrail.mcp._guards import MAX_RUNNING_CALLS, RunningCalls, busy, contained
 from handrail.mcp._results import call_result
 from handrail.plans import PlanState
 from handrail.principal import Principal
@@ -120,6 +119,8 @@ class GatedServer:
     part of each call id (a random uuid by default); `marker` marks result text as data.
     `state_key` seals the request state of a 2026-era confirmation round trip (32
     random bytes per server by default, so a round trip ends with its process).
+    `max_running_calls` bounds the calls one principal has running at once, over all
+    its connections; one more is refused RATE_LIMITED without running.
     """
 
     def __init__(
@@ -137,6 +138,7 @@ class GatedServer:
         elicitation_timeout: float = _ELICITATION_TIMEOUT,
         timeout: float | None = None,
         state_key: bytes | None = None,
+        max_running_calls: int = MAX_RUNNING_CALLS,
     ) -> None:
         self._app = app
         self._principal = principal
@@ -146,14 +148,15 @@ class GatedServer:
         self._marker = marker or DataMarker()
         self._elicitation_timeout = elicitation_timeout
         self._timeout = timeout
+        self._running = RunningCalls(max_running_calls)
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._server = _Server(
             name,
             version=version,
             instructions=instructions,
-            on_list_tools=_contained(self._list_tools),
-            on_call_tool=_contained(self._call_tool),
+            on_list_tools=contained(self._list_tools),
+            on_call_tool=contained(self._call_tool_bounded),
             on_subscriptions_listen=self._subscriptions_listen,
             get_tool_input_schema=_no_header_parameters,
         )
@@ -267,6 +270,24 @@ class GatedServer:
             if offer is not None:
                 return offer
         return call_result(envelope, self._marker)
+
+    async def _call_tool_bounded(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """`_call_tool`, unless the principal has `max_running_calls` running already."""
+        principal = self._caller()
+        if principal is None:
+            return await self._call_tool(ctx, params)  # refused there, as unidentified
+        if not self._running.enter(principal):
+            call_id = f"{PROVIDER}-{ctx.request_id}-{self._new_id()}"
+            call = ToolCall(id=call_id, name=params.name, arguments=None, provider=PROVIDER)
+            return call_result(busy(call), self._marker)
+        try:
+            return await self._call_tool(ctx, params)
+        finally:
+            self._running.leave(principal)
 
     def _caller(self) -> Principal | None:
         """This request's principal; None (refused) when the source fails, which is logged."""
@@ -400,33 +421,6 @@ class GatedServer:
 
 
 _MAX_EXPOSURES: Final = 1024
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _contained(handler: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
-    """`handler`, whose unexpected failure reaches the client as a generic error.
-
-    The SDK answers a handshake-era request whose handler raised with the exception's
-    text; that text (a database address, a path) is the operator's, never a client's.
-    The failure is logged here instead.
-    """
-
-    @functools.wraps(handler)
-    async def contained(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return await handler(*args, **kwargs)
-        except MCPError:
-            raise
-        except Exception:  # noqa: BLE001 - logged here; the client gets no internals
-            _log.exception("an MCP request handler failed")
-            raise MCPError(code=types.INTERNAL_ERROR, message=_INTERNAL) from None
-
-    return contained
-
-
-_INTERNAL: Final = "Internal error: the request could not be completed"
 
 
 def _no_header_parameters(name: str) -> None:
