@@ -89,3 +89,12 @@ def test_hostile_names_are_shown_escaped_and_unusable_tools_refused(
     assert states["up.count"] == "refused"
     assert [name for name, state in states.items() if name.startswith("up.evil")] != []
     assert all(state == "refused" for name, state in states.items() if name.startswith("up.evil"))
+
+
+@pytest.mark.parametrize("by", ["x" * 257, "ops\x1b[2K"])
+def test_an_approver_no_pin_can_keep_is_refused_in_one_line(setup: dict[str, str], by: str) -> None:
+    result = _run(setup, "approve", "--by", by, "--all")
+
+    assert result.exit_code == 2
+    assert "--by must name the person who approves" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -148,6 +148,7 @@ RecheckOption = Annotated[
     ),
 ]
 _CONNECT_TIMEOUT = 60.0
+_MAX_APPROVER = 256  # what a pin keeps of its approver
 
 
 @one_line_errors
@@ -202,8 +203,10 @@ def approve(
     Without --tool or --all nothing is pinned: the differences are shown for review.
     Each approval is audited with the approver and the definition's SHA-256.
     """
-    if not by.strip():
-        raise CliError("--by must name the person who approves")
+    if not by.strip() or len(by) > _MAX_APPROVER or not by.isprintable():
+        raise CliError(
+            f"--by must name the person who approves: 1-{_MAX_APPROVER} printable characters"
+        )
     rules = _policy(policy)
     target = _target(upstream, upstream_url, pass_env, bearer_env)
     app = _open_app(store, None, None)
