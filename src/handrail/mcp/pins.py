@@ -92,8 +92,10 @@ class PinBook:
     def approve(self, upstream: str, tool: UpstreamTool, *, actor: str) -> PinRecord:
         """Pin the definition as listed now, approved by `actor`; audited.
 
-        Re-approving the pinned definition changes nothing. A re-approval that loses a
-        race with another one is refused (CONFLICT): look at the tool again.
+        Re-approving the pinned definition changes nothing, and so does losing a race
+        to an approval of the same definition (two proxies that approve new tools,
+        starting at once). Losing one to another definition is refused (CONFLICT):
+        look at the tool again.
         """
         definition_hash = tool.definition_hash()
         current = self._store.get_pin(upstream, tool.name)
@@ -113,6 +115,10 @@ class PinBook:
         else:
             stored = self._store.replace_pin(record, expect_version=current.version)
         if not stored:
+            # Someone else approved meanwhile: the same definition is this approval done.
+            now = self._store.get_pin(upstream, tool.name)
+            if now is not None and now.definition_hash == definition_hash:
+                return now
             raise AccessRefusedError(
                 ErrorCode.CONFLICT,
                 f"the pin of {upstream}/{tool.name} changed meanwhile; look at it again",
