@@ -127,9 +127,12 @@ class HttpSettings:
 def parse_address(text: str) -> tuple[str, int]:
     """HOST:PORT (IPv6 in brackets), or PORT alone for 127.0.0.1, as a host and a port."""
     host, colon, port = text.rpartition(":") if ":" in text else ("127.0.0.1", ":", text)
-    host = host.removeprefix("[").removesuffix("]")
-    if not colon or not host or not port.isdigit() or int(port) > 65535:  # noqa: PLR2004
-        raise CliError(f"--http takes HOST:PORT (e.g. 127.0.0.1:8000), not {text!r}")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    # An IPv6 host is bracketed: "::1" would read as host "::" (every interface), port 1.
+    unbracketed_v6 = ":" in host and not bracketed
+    if not colon or not host or unbracketed_v6 or not port.isdigit() or int(port) > 65535:  # noqa: PLR2004
+        raise CliError(f"--http takes HOST:PORT (e.g. 127.0.0.1:8000, [::1]:8000), not {text!r}")
     return host, int(port)
 
 
