@@ -10,7 +10,8 @@ one is refused at start-up rather than served without the bound.
 
 Calls. `RunningCalls` counts the calls each principal has running, over all its
 connections, so one client cannot start calls without end; one over the bound is
-refused RATE_LIMITED (`busy`) and runs nothing.
+refused RATE_LIMITED (`busy`) and runs nothing. It counts open `subscriptions/listen`
+streams per principal too.
 
 Failures. `contained` wraps a request handler so that an unexpected exception reaches
 the client as a generic INTERNAL_ERROR: the SDK would answer a handshake-era request
@@ -36,6 +37,7 @@ from handrail.principal import Principal
 from handrail.text import escape_lone_surrogates
 
 __all__ = [
+    "LISTENS_PER_PRINCIPAL",
     "MAX_RUNNING_CALLS",
     "SESSIONS_PER_PRINCIPAL",
     "RunningCalls",
@@ -48,6 +50,9 @@ _log = logging.getLogger("handrail.mcp.server")
 
 MAX_RUNNING_CALLS: Final = 32
 """Calls one principal may have running at once by default (all its connections)."""
+LISTENS_PER_PRINCIPAL: Final = 8
+"""`subscriptions/listen` streams one principal may hold open (the SDK's bound, 1024, is
+the whole server's)."""
 _MAX_NAME: Final = 128
 _INTERNAL: Final = "Internal error: the request could not be completed"
 

@@ -35,6 +35,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -45,7 +46,13 @@ from handrail.declare.exposure import Exposure
 from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode, HandrailError
 from handrail.mcp._definitions import tool_definitions
-from handrail.mcp._guards import MAX_RUNNING_CALLS, RunningCalls, busy, contained
+from handrail.mcp._guards import (
+    LISTENS_PER_PRINCIPAL,
+    MAX_RUNNING_CALLS,
+    RunningCalls,
+    busy,
+    contained,
+)
 from handrail.mcp._results import call_result
 from handrail.plans import PlanState
 from handrail.principal import Principal
@@ -149,6 +156,7 @@ class GatedServer:
         self._elicitation_timeout = elicitation_timeout
         self._timeout = timeout
         self._running = RunningCalls(max_running_calls)
+        self._listens = RunningCalls(LISTENS_PER_PRINCIPAL)
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._server = _Server(
@@ -375,9 +383,20 @@ class GatedServer:
         ctx: ServerRequestContext[Any],
         params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
-        """A 2026-era client's stream of change events, served by the SDK's handler."""
+        """A 2026-era client's stream of change events, served by the SDK's handler.
+
+        The SDK bounds streams for the whole server; each principal holds at most
+        LISTENS_PER_PRINCIPAL of them, so one cannot take every place.
+        """
         self._loops.add(asyncio.get_running_loop())
-        return await self._listen(ctx, params)
+        principal = self._caller()
+        if principal is not None and not self._listens.enter(principal):
+            raise MCPError(code=types.INTERNAL_ERROR, message="Subscription limit reached")
+        try:
+            return await self._listen(ctx, params)
+        finally:
+            if principal is not None:
+                self._listens.leave(principal)
 
     async def _initialized(
         self,
