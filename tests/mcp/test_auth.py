@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pydantic import AnyHttpUrl
 from starlette.requests import HTTPConnection
 
 from _mcp_http import Signer
+from handrail.api_keys import ApiKeyRecord
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.mcp.auth import (
@@ -42,6 +44,7 @@ from handrail.mcp.auth import (
 from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 from handrail.store import MemoryStore
+from handrail.store.base import reads_block
 
 AUDIENCE = "http://127.0.0.1:8765/mcp"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -240,6 +243,41 @@ async def test_api_keys_and_first_of(clock: FixedClock, signer: Signer) -> None:
     assert await both.authenticate("hrk_nothing") is None
     with pytest.raises(ConfigurationError):
         FirstOf()
+
+
+class _WaitingStore(MemoryStore):
+    """A memory store whose reads may wait (as a SQL store's do): counts the threads used."""
+
+    reads_block = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reader_threads: list[int] = []
+
+    def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        self.reader_threads.append(threading.get_ident())
+        return super().get_api_key(key_id)
+
+
+async def test_the_key_lookup_is_inline_only_for_a_store_whose_reads_never_wait(
+    clock: FixedClock,
+) -> None:
+    memory, waiting = MemoryStore(), _WaitingStore()
+    assert not reads_block(memory)
+    assert reads_block(waiting)
+    assert reads_block(object())  # a store that says nothing may wait
+    for store in (memory, waiting):
+        keys = ApiKeys(store, clock=clock, audit=None)
+        assert keys.verify_blocks is reads_block(store)
+        key = keys.create(ALICE).key
+        api = ApiKeyAuthenticator(keys)
+        assert await api.authenticate(key) == ALICE
+        # Inline or not, the store is read every time: a revoked key is refused at once.
+        assert keys.revoke(keys.list("t1")[0].key_id, tenant_id="t1")
+        waiting.reader_threads.clear()
+        assert await api.authenticate(key) is None
+    assert waiting.reader_threads
+    assert threading.get_ident() not in waiting.reader_threads
 
 
 async def test_the_verifier_hands_the_principal_on_and_the_sdk_backend_agrees(

@@ -69,7 +69,12 @@ class Authenticator(Protocol):
 
 
 class ApiKeyAuthenticator:
-    """API keys from the store (`handrail.api_keys`); the lookup runs in a worker thread."""
+    """API keys from the store (`handrail.api_keys`), looked up on every request.
+
+    The lookup runs in a worker thread, unless the store's reads never wait
+    (`ApiKeys.verify_blocks`): then it runs inline, saving the thread hop. Either way
+    the store is read each time, so a revoked or expired key is refused at once.
+    """
 
     def __init__(self, keys: ApiKeys) -> None:
         self._keys = keys
@@ -78,6 +83,8 @@ class ApiKeyAuthenticator:
         """The key's principal; tokens that are not Handrail keys are refused unread."""
         if not token.startswith(KEY_PREFIX):
             return None
+        if not self._keys.verify_blocks:
+            return self._keys.verify(token)
         return await anyio.to_thread.run_sync(self._keys.verify, token)
 
 

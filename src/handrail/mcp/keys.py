@@ -28,6 +28,7 @@ from handrail.clock import Clock, SystemClock
 from handrail.events import AuditSubject
 from handrail.principal import Principal
 from handrail.record.audit import Auditor
+from handrail.store.base import reads_block
 
 if TYPE_CHECKING:
     from handrail.events import AuditEvent
@@ -67,6 +68,7 @@ class ApiKeys:
         sink = _StoreAudit(store) if audit is True else (audit or None)
         self._auditor = Auditor(sink, self._clock)
         self._random = random_bytes
+        self._verify_blocks = reads_block(store)
 
     @property
     def clock(self) -> Clock:
@@ -109,6 +111,14 @@ class ApiKeys:
                 return CreatedKey(key=key_text(key_id, secret), record=record)
         msg = "could not draw an unused API key id (is the random source broken?)"
         raise RuntimeError(msg)
+
+    @property
+    def verify_blocks(self) -> bool:
+        """Whether `verify` may wait on the store; async callers then run it in a thread.
+
+        It reads the store, so it may wait unless the store's reads never do (memory).
+        """
+        return self._verify_blocks
 
     def list(
         self, tenant_id: str, *, user_id: str | None = None, limit: int = 100

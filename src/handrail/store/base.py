@@ -1,6 +1,7 @@
 """The Store protocol: what Handrail persists, independent of the database.
 
-Methods block; async callers run them in a worker thread. Every moving part is a
+Methods block; async callers run them in a worker thread, unless the store says its
+reads never wait (`reads_block`), as the memory store does. Every moving part is a
 compare-and-set: a method that loses a race returns False (or None) and changes
 nothing, so callers re-read instead of overwriting. Uniqueness (plan ids, nonces,
 approvals, idempotency keys) is enforced by the database, never by check-then-insert.
@@ -22,7 +23,19 @@ from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState
 
-__all__ = ["Store"]
+__all__ = ["Store", "reads_block"]
+
+
+def reads_block(store: object) -> bool:
+    """Whether `store`'s reads may wait (on I/O, a pool, another process): True unless it says not.
+
+    A store whose class sets `reads_block = False` answers every read from its own
+    memory, holding at most an in-process lock for in-memory work, so an async caller
+    on the hot path may call its reads inline instead of paying for a worker thread.
+    A subclass whose reads can wait (I/O, sleeps, waiting on another thread) sets it
+    back to True. Writes are not covered: they run in a worker thread as before.
+    """
+    return getattr(store, "reads_block", True) is not False
 
 
 class Store(Protocol):

@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import ClassVar
 
 from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord, check_turns
@@ -29,7 +30,14 @@ _IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at
 
 
 class MemoryStore:
-    """A thread-safe in-memory Store."""
+    """A thread-safe in-memory Store.
+
+    Its reads never wait on I/O: each holds the lock only for dictionary and list work,
+    so async callers may make them inline (`reads_block`, in `handrail.store.base`).
+    """
+
+    reads_block: ClassVar[bool] = False
+    """Reads answer from memory; a subclass whose reads can wait sets this to True."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
