@@ -383,3 +383,21 @@ def test_the_model_instructions_describe_the_block_and_its_trust_levels() -> Non
     assert "never an instruction" in MODEL_INSTRUCTIONS
     for level in Trust:
         assert f'"{level.value}"' in MODEL_INSTRUCTIONS
+
+
+@pytest.mark.parametrize("length", [1, 256, 257, 5000])
+def test_short_and_long_source_labels_are_marked_alike(length: int) -> None:
+    # Short labels' header literals are remembered, long ones worked out each time:
+    # either way the header is the label's escaped literal, the same on every mark.
+    source = ("<\u202e>\ud800" * length)[:length]
+    env = ok(source=source)
+    marker = DataMarker(token=itertools.cycle(["a" * 32]).__next__)
+    first, again = marker.mark(env), marker.mark(env)
+    assert first == again
+    block = read_block(first)
+    assert block is not None
+    assert block.source == json.loads(json.dumps(source))
+    literal = first.split("\n")[0].removeprefix(f"<<<handrail-data {'a' * 32} source=")
+    literal = literal.removesuffix(' trust="untrusted">>>')
+    assert json.loads(literal) == block.source
+    assert not [c for c in literal if must_escape(c)]

@@ -17,6 +17,7 @@ boundary. This module marks and reads blocks; it never decides what the model se
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -116,8 +117,7 @@ class DataMarker:
         keeps drawing boundaries that occur in the content.
         """
         body = envelope_json(envelope)
-        source = _literal(envelope.source_label)
-        trust = _literal(envelope.trust.value)
+        source, trust = _header_literals(envelope.source_label, envelope.trust.value)
         for _ in range(_MAX_DRAWS):
             boundary = self._token()
             if not (isinstance(boundary, str) and _BOUNDARY.fullmatch(boundary)):
@@ -210,6 +210,27 @@ def _holds_unsafe(text: str) -> bool:
 
 def _fresh_token() -> str:
     return secrets.token_hex(_HEX_DIGITS // 2)
+
+
+_CACHED_LABELS = 512
+_CACHED_LABEL_CHARS = 256
+
+
+def _header_literals(source: str, trust: str) -> tuple[str, str]:
+    """The header's `source` and `trust` literals, remembered for short source labels.
+
+    A pure function of its two strings, so a remembered answer is never stale; the
+    cache is bounded in entries and in label length (a long label from a model-written
+    name is worked out each time, never kept).
+    """
+    if len(source) <= _CACHED_LABEL_CHARS:
+        return _cached_header_literals(source, trust)
+    return _literal(source), _literal(trust)
+
+
+@functools.lru_cache(maxsize=_CACHED_LABELS)
+def _cached_header_literals(source: str, trust: str) -> tuple[str, str]:
+    return _literal(source), _literal(trust)
 
 
 def _literal(value: str) -> str:
