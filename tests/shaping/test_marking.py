@@ -161,8 +161,18 @@ def test_a_marked_envelope_is_one_block_labelled_with_its_source_and_trust(
 def test_the_body_is_the_envelope_json_with_only_escapes_added(envelope: Envelope) -> None:
     body = envelope_json(envelope)
     assert json.loads(body) == as_json(envelope)
-    if not any(must_escape(c) for c in json.dumps(envelope.to_model_dict(), ensure_ascii=False)):
+    # With nothing the marker escapes (a superset of `must_escape`: it escapes whole
+    # ranges such as the tag characters, unassigned ones included), nothing changed.
+    if not marking._UNSAFE.search(json.dumps(envelope.to_model_dict(), ensure_ascii=False)):
         assert body == envelope.to_json()
+
+
+def test_an_unassigned_tag_character_is_escaped_and_reads_back() -> None:
+    # U+E0080 is unassigned (category Cn), but in the tag range, all of which is escaped.
+    envelope = ok(data=["\U000e0080"])
+    body = envelope_json(envelope)
+    assert "\\udb40\\udc80" in body
+    assert json.loads(body) == as_json(envelope)
 
 
 def test_every_character_that_could_mark_a_block_is_escaped_losslessly() -> None:
