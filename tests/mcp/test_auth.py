@@ -123,6 +123,8 @@ async def test_expiry_and_not_before_follow_the_injected_clock_with_its_leeway(
         ({"tenant": 7}, "a tenant that is not a string"),
         ({"sub": None}, "no user"),
         ({"sub": "a\x00b"}, "a user a store cannot keep"),
+        ({"sub": "u" * 257}, "a user longer than a store's id column"),
+        ({"tenant": "t" * 257}, "a tenant longer than a store's id column"),
         ({"scope": ["a", 1]}, "permissions of the wrong type"),
         ({"roles": "admin"}, "roles as a string are fine, so this passes"),
     ],

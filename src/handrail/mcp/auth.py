@@ -109,6 +109,10 @@ class FirstOf:
 # --- JWT ---------------------------------------------------------------------------------------
 
 
+_MAX_ID = 256
+"""The longest user or tenant id the stores keep (their id columns' width)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ClaimsMapping:
     """Which claims make the Principal. The tenant comes from a claim, never an argument.
@@ -128,6 +132,8 @@ class ClaimsMapping:
         user, tenant = claims.get(self.user_claim), claims.get(self.tenant_claim)
         if not isinstance(user, str) or not isinstance(tenant, str):
             return None
+        if len(user) > _MAX_ID or len(tenant) > _MAX_ID:
+            return None  # no store could record what this principal does
         permissions: set[str] = set()
         for name in self.permission_claims:
             found = _strings(claims.get(name))
