@@ -14,7 +14,7 @@ from collections.abc import Iterable
 __all__ = ["escape_pointer", "json_path"]
 
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def json_path(parts: Iterable[str | int]) -> str:
@@ -23,7 +23,7 @@ def json_path(parts: Iterable[str | int]) -> str:
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _IDENTIFIER.match(part):
+        elif _IDENTIFIER.fullmatch(part):
             out += f".{part}"
         else:
             out += f"[{json.dumps(part[:64], ensure_ascii=False)}]"

@@ -29,7 +29,7 @@ __all__ = [
     "sql_engine",
 ]
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL cuts longer names silently (NAMEDATALEN - 1)
 _MAX_ROW_LIMIT = 10_000
@@ -144,7 +144,7 @@ def _check_engine(engine: object) -> None:
 
 def check_name(name: object, what: str) -> str:
     """`name` if it is a name the model may be shown; ConfigurationError if not."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigurationError(
             f"{what} name {name!r} must be a letter then letters, digits or '_' (at most 48)",
         )
