@@ -113,19 +113,30 @@ class RunningCalls:
                 self._running.pop(key, None)
 
 
-def busy(call: ToolCall) -> Envelope:
-    """The refusal of a call over its principal's bound on running calls: nothing ran."""
+def refusal(call: ToolCall, code: ErrorCode, summary: str, *, tool: str | None = None) -> Envelope:
+    """An envelope in Handrail's own words refusing `call` before anything ran.
+
+    `tool` is the registered name when known; otherwise the called name, clipped and
+    with lone surrogates escaped (it is the client's text).
+    """
     return Envelope(
         call_id=call.id,
-        tool=escape_lone_surrogates(call.name[:_MAX_NAME]),
+        tool=tool or escape_lone_surrogates(call.name[:_MAX_NAME]),
         status=Status.ERROR,
-        summary=(
-            "Too many of your calls are running at once, so this one was not run. Wait "
-            "for one to finish, then try again."
-        ),
-        error=ErrorDetail(code=ErrorCode.RATE_LIMITED),
+        summary=summary,
+        error=ErrorDetail(code=code),
         trust=Trust.HANDRAIL,
         source=HANDRAIL_SOURCE,
+    )
+
+
+def busy(call: ToolCall) -> Envelope:
+    """The refusal of a call over its principal's bound on running calls: nothing ran."""
+    return refusal(
+        call,
+        ErrorCode.RATE_LIMITED,
+        "Too many of your calls are running at once, so this one was not run. Wait for one "
+        "to finish, then try again.",
     )
 
 

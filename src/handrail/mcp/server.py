@@ -43,7 +43,7 @@ from handrail.app import Handrail
 from handrail.calls import ToolCall
 from handrail.context import ProgressReporter, reporting_progress
 from handrail.declare.exposure import Exposure
-from handrail.envelope import HANDRAIL_SOURCE, Envelope, ErrorDetail, Status, Trust
+from handrail.envelope import Envelope
 from handrail.errors import ErrorCode, HandrailError
 from handrail.mcp._definitions import tool_definitions
 from handrail.mcp._guards import (
@@ -52,12 +52,12 @@ from handrail.mcp._guards import (
     RunningCalls,
     busy,
     contained,
+    refusal,
 )
 from handrail.mcp._results import call_result
 from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
-from handrail.text import escape_lone_surrogates
 from handrail.writes.service import proposal_envelope
 
 __all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
@@ -70,7 +70,6 @@ _log = logging.getLogger(__name__)
 PROVIDER: Final = "mcp"
 """The `provider` of every ToolCall built from a `tools/call`."""
 
-_MAX_NAME: Final = 128
 _MAX_PROGRESS_MESSAGE: Final = 200
 _ELICITATION_TIMEOUT: Final = 300.0
 _OPEN_PLANS: Final = frozenset({PlanState.PROPOSED, PlanState.AWAITING_CONFIRMATION})
@@ -164,7 +163,7 @@ class GatedServer:
             version=version,
             instructions=instructions,
             on_list_tools=contained(self._list_tools),
-            on_call_tool=contained(self._call_tool_bounded),
+            on_call_tool=contained(self._call_tool),
             on_subscriptions_listen=self._subscriptions_listen,
             get_tool_input_schema=_no_header_parameters,
         )
@@ -243,7 +242,11 @@ class GatedServer:
         ctx: ServerRequestContext[Any],
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """One call through the gate, as the principal of this request."""
+        """One call through the gate, as the principal of this request.
+
+        Refused unidentified without a principal, and busy when the principal has
+        `max_running_calls` running already; nothing runs either way.
+        """
         self._loops.add(asyncio.get_running_loop())
         call = ToolCall(
             id=f"{PROVIDER}-{ctx.request_id}-{self._new_id()}",
@@ -254,6 +257,21 @@ class GatedServer:
         principal = self._caller()
         if principal is None:
             return call_result(_unidentified(call), self._marker)
+        if not self._running.enter(principal):
+            return call_result(busy(call), self._marker)
+        try:
+            return await self._answer(ctx, params, call, principal)
+        finally:
+            self._running.leave(principal)
+
+    async def _answer(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+        call: ToolCall,
+        principal: Principal,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The answer to one admitted call: a retry's plan, or the gate's envelope."""
         if params.request_state is not None:
             if self._confirm_url is None:
                 return call_result(_unsealed_state(call), self._marker)
@@ -278,24 +296,6 @@ class GatedServer:
             if offer is not None:
                 return offer
         return call_result(envelope, self._marker)
-
-    async def _call_tool_bounded(
-        self,
-        ctx: ServerRequestContext[Any],
-        params: types.CallToolRequestParams,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """`_call_tool`, unless the principal has `max_running_calls` running already."""
-        principal = self._caller()
-        if principal is None:
-            return await self._call_tool(ctx, params)  # refused there, as unidentified
-        if not self._running.enter(principal):
-            call_id = f"{PROVIDER}-{ctx.request_id}-{self._new_id()}"
-            call = ToolCall(id=call_id, name=params.name, arguments=None, provider=PROVIDER)
-            return call_result(busy(call), self._marker)
-        try:
-            return await self._call_tool(ctx, params)
-        finally:
-            self._running.leave(principal)
 
     def _caller(self) -> Principal | None:
         """This request's principal; None (refused) when the source fails, which is logged."""
@@ -466,48 +466,26 @@ def _call_ids() -> Callable[[], str]:
 
 def _unidentified(call: ToolCall) -> Envelope:
     """The refusal of a call whose caller is unknown: nothing looked up, nothing run."""
-    return Envelope(
-        call_id=call.id,
-        tool=escape_lone_surrogates(call.name[:_MAX_NAME]),
-        status=Status.ERROR,
-        summary=_NO_PRINCIPAL,
-        error=ErrorDetail(code=ErrorCode.PERMISSION_DENIED),
-        trust=Trust.HANDRAIL,
-        source=HANDRAIL_SOURCE,
-    )
+    return refusal(call, ErrorCode.PERMISSION_DENIED, _NO_PRINCIPAL)
 
 
 def _plan_gone(call: ToolCall, tool: str | None = None, state: PlanState | None = None) -> Envelope:
     """The answer to a retry whose plan is no longer waiting: nothing runs here."""
     where = "could not be found" if state is None else f"is {state.value.lower()}"
-    return Envelope(
-        call_id=call.id,
-        tool=tool or escape_lone_surrogates(call.name[:_MAX_NAME]),
-        status=Status.ERROR,
-        summary=(
-            f"The plan {where} and no longer awaits confirmation; nothing was run by this "
-            f"call. Ask the user what they decided in the application."
-        ),
-        error=ErrorDetail(code=ErrorCode.PLAN_CLOSED),
-        trust=Trust.HANDRAIL,
-        source=HANDRAIL_SOURCE,
+    summary = (
+        f"The plan {where} and no longer awaits confirmation; nothing was run by this call. "
+        f"Ask the user what they decided in the application."
     )
+    return refusal(call, ErrorCode.PLAN_CLOSED, summary, tool=tool)
 
 
 def _unsealed_state(call: ToolCall) -> Envelope:
     """The answer to request state this server never sent (it offers no confirmation page)."""
-    return Envelope(
-        call_id=call.id,
-        tool=escape_lone_surrogates(call.name[:_MAX_NAME]),
-        status=Status.ERROR,
-        summary=(
-            "This server sent no request state to return; nothing was run. Make the call "
-            "again without it."
-        ),
-        error=ErrorDetail(code=ErrorCode.INVALID_ARGUMENTS),
-        trust=Trust.HANDRAIL,
-        source=HANDRAIL_SOURCE,
+    summary = (
+        "This server sent no request state to return; nothing was run. Make the call again "
+        "without it."
     )
+    return refusal(call, ErrorCode.INVALID_ARGUMENTS, summary)
 
 
 def _plan_id(envelope: Envelope) -> str | None:
