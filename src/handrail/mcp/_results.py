@@ -9,52 +9,38 @@ envelope, so it is never here either.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
 
 from handrail.envelope import Envelope
-from handrail.shaping.marking import DataMarker, envelope_json
+from handrail.shaping.marking import DataMarker
 from handrail.text import escape_lone_surrogates
 
 __all__ = ["call_result"]
 
 
 def call_result(envelope: Envelope, marker: DataMarker) -> types.CallToolResult:
-    """The CallToolResult of one envelope, its text marked as untrusted data."""
+    r"""The CallToolResult of one envelope, its text marked as untrusted data.
+
+    `structuredContent` is `envelope.to_model_dict()`, whose values are JSON already
+    (shaping made them so); on the wire the SDK writes a NaN or infinity that slipped
+    into `data` as null, as the marked text does. The marked body is the envelope's
+    JSON: only when it escaped a lone surrogate (which a model may send in a name or an
+    argument a refusal quotes) does the dict hold a string that cannot go out as UTF-8;
+    then each such string is written as its `\uXXXX` text (the rare, slow case).
+    """
     text = marker.mark(envelope)
-    # The marked body is the envelope's JSON: only when it escaped a lone surrogate does
-    # the model dict hold a string that cannot go out as UTF-8 (the rare, slow case).
-    content = structured(envelope) if _SURROGATE_ESCAPE.search(text) else _model_dict(envelope)
+    content = envelope.to_model_dict()
+    if _SURROGATE_ESCAPE.search(text):
+        content = {key: _unicode(item) for key, item in content.items()}
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=content,
         is_error=envelope.error is not None,
     )
-
-
-def _model_dict(envelope: Envelope) -> dict[str, Any]:
-    """`envelope.to_model_dict()`, whose values are JSON already (shaping made them so).
-
-    On the wire the SDK writes a NaN or infinity that slipped into `data` as null, as
-    `envelope_json` does for the text: both shapes read the same.
-    """
-    return envelope.to_model_dict()
-
-
-def structured(envelope: Envelope) -> dict[str, Any]:
-    r"""`envelope.to_model_dict()` as plain JSON (a NaN or infinity reads as null).
-
-    A lone surrogate (which a model may send in a name or an argument that a refusal
-    quotes) cannot go out as UTF-8: it is written as its `\uXXXX` text instead.
-    """
-    text = envelope_json(envelope)
-    value: dict[str, Any] = json.loads(text)
-    if _SURROGATE_ESCAPE.search(text):
-        return {key: _unicode(item) for key, item in value.items()}
-    return value
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -64,8 +50,8 @@ def _unicode(value: object) -> Any:  # noqa: ANN401 - a JSON value of any shape
     """`value` with every lone surrogate in its strings and keys written as an escape."""
     if isinstance(value, str):
         return escape_lone_surrogates(value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {escape_lone_surrogates(str(k)): _unicode(item) for k, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_unicode(item) for item in value]
     return value
