@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,6 +28,7 @@ __all__ = [
     "BusinessValue",
     "ConfirmationMode",
     "ConfirmationPolicy",
+    "Deprecation",
     "FromPrincipal",
     "IdempotencyMode",
     "IdempotencyPolicy",
@@ -195,6 +197,29 @@ _MAX_REASON = 500
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Deprecation:
+    """A tool on its way out: shown with a note until `after`, refused from that day on.
+
+    `after` is a UTC calendar day; `replacement` names the tool to use instead (it must
+    be registered when the catalogue is linted); `note` is one line for the model.
+    """
+
+    after: date
+    replacement: str | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.after, date):
+            raise RegistrationError("Deprecation.after is a datetime.date (a UTC day)")
+        if len(self.note) > _MAX_REASON or (self.note and not self.note.isprintable()):
+            raise RegistrationError(
+                f"a deprecation note is one line of at most {_MAX_REASON} printable characters",
+            )
+        if self.replacement is not None:
+            _check_name(self.replacement)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class BusinessValue:
     """Declares that an identity-like parameter is a business value, not the caller.
 
@@ -279,6 +304,15 @@ class ToolSpec:
     secrets: frozenset[str] = frozenset()
     """Handles of the host-side secrets the tool may read through its context."""
     business_values: Mapping[str, BusinessValue] = field(default_factory=dict)
+    defer_loading: bool = False
+    """Left out of the definitions a model is first shown; found through `search_tools`."""
+    dependencies: frozenset[str] = frozenset()
+    """Systems or tools this one needs (for owners and `handrail tools lint`)."""
+    examples: tuple[Mapping[str, Any], ...] = ()
+    """Example argument objects, valid against `input_schema` (lint and docs)."""
+    rate_limit: str | None = None
+    """A per-tool rate in the `limits` notation ("10/minute"); enforced by the quota."""
+    deprecation: Deprecation | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -305,6 +339,12 @@ class ToolSpec:
         object.__setattr__(self, "permissions", frozenset(self.permissions))
         object.__setattr__(self, "scenarios", frozenset(self.scenarios))
         object.__setattr__(self, "secrets", frozenset(self.secrets))
+        object.__setattr__(self, "dependencies", frozenset(self.dependencies))
+        object.__setattr__(
+            self,
+            "examples",
+            tuple(MappingProxyType(dict(example)) for example in self.examples),
+        )
         for handle in self.secrets:
             try:
                 validate_handle(handle)

@@ -31,6 +31,7 @@ from handrail.spec import (
     BusinessValue,
     ConfirmationMode,
     ConfirmationPolicy,
+    Deprecation,
     FromPrincipal,
     IdempotencyMode,
     IdempotencyPolicy,
@@ -233,6 +234,11 @@ class Tool:
         business_id: BusinessIdSource | None = None,
         results: ResultPolicy | None = None,
         secrets: Iterable[str] = (),
+        defer_loading: bool = False,
+        dependencies: Iterable[str] = (),
+        examples: Iterable[Mapping[str, Any]] = (),
+        rate_limit: str | None = None,
+        deprecation: Deprecation | None = None,
         business_values: Mapping[str, BusinessValue] | None = None,
         schemas: SchemaStore | None = None,
     ) -> Tool:
@@ -276,6 +282,13 @@ class Tool:
             reconcile_policy=reconcile_policy,
             results=results,
             secrets=secrets,
+            catalogue=_Catalogue(
+                defer_loading=defer_loading,
+                dependencies=frozenset(dependencies),
+                examples=tuple(examples),
+                rate_limit=rate_limit,
+                deprecation=deprecation,
+            ),
             business_values=prepared.business_values,
         )
         is_async = inspect.iscoroutinefunction(fn)
@@ -326,6 +339,17 @@ async def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> objec
     return await run_in_thread(_guarded, fn, args, kwargs)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Catalogue:
+    """The catalogue facts of a declaration, passed on to its ToolSpec as they are."""
+
+    defer_loading: bool
+    dependencies: frozenset[str]
+    examples: tuple[Mapping[str, Any], ...]
+    rate_limit: str | None
+    deprecation: Deprecation | None
+
+
 def _build_spec(
     *,
     name: str,
@@ -349,6 +373,7 @@ def _build_spec(
     reconcile_policy: ReconcilePolicy | None,
     results: ResultPolicy | None,
     secrets: Iterable[str],
+    catalogue: _Catalogue,
     business_values: Mapping[str, BusinessValue],
 ) -> ToolSpec:
     description = inspect.cleandoc(description)
@@ -380,6 +405,11 @@ def _build_spec(
         results=results or ResultPolicy(),
         secrets=frozenset(secrets),
         business_values=business_values,
+        defer_loading=catalogue.defer_loading,
+        dependencies=catalogue.dependencies,
+        examples=catalogue.examples,
+        rate_limit=catalogue.rate_limit,
+        deprecation=catalogue.deprecation,
     )
 
 
@@ -451,6 +481,11 @@ def tool(
     business_id: BusinessIdSource | None = None,
     results: ResultPolicy | None = None,
     secrets: Iterable[str] = (),
+    defer_loading: bool = False,
+    dependencies: Iterable[str] = (),
+    examples: Iterable[Mapping[str, Any]] = (),
+    rate_limit: str | None = None,
+    deprecation: Deprecation | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function; the signature becomes its schema.
 
@@ -507,6 +542,13 @@ def tool(
             reconcile_policy=reconcile_policy,
             results=results,
             secrets=secrets,
+            catalogue=_Catalogue(
+                defer_loading=defer_loading,
+                dependencies=frozenset(dependencies),
+                examples=tuple(examples),
+                rate_limit=rate_limit,
+                deprecation=deprecation,
+            ),
             business_values=derived.business_values,
         )
         return Tool(

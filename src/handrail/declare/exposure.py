@@ -13,7 +13,14 @@ in those (and in unscoped requests). For a minimal toolset, a request names its 
 
 Order of the filters; a tool is reported with the first one that rejects it: FORBIDDEN,
 DISABLED, OTHER_TENANT, OTHER_SCENARIO, ABOVE_RISK_CEILING, MISSING_PERMISSION,
-UNSUPPORTED_SCHEMA; then the capacity cut, MAX_TOOLS and OVER_BUDGET.
+UNSUPPORTED_SCHEMA, OUTSIDE_SKILL, DEFERRED; then the capacity cut, MAX_TOOLS and
+OVER_BUDGET.
+
+Deferred loading and skills. A tool declared `defer_loading` is eligible but not shown
+until the request names it in `discovered` (a `search_tools` call found it), or the
+request sets `include_deferred`. A request with `narrowed_to` (the active skills' tools
+and the catalogue tools) shows nothing outside that set; narrowing only ever removes
+tools, so a skill can never widen what the principal may see.
 
 The capacity cut. Tools that pass every filter are ranked: first the request's
 `preferred` names in the order given, then tools that name the request's scenario
@@ -68,6 +75,10 @@ class ExclusionReason(StrEnum):
     """The principal lacks a permission the tool requires."""
     UNSUPPORTED_SCHEMA = "unsupported_schema"
     """The schema uses a keyword the model does not support."""
+    OUTSIDE_SKILL = "outside_skill"
+    """The request is narrowed to the active skills' tools, and this is not one."""
+    DEFERRED = "deferred"
+    """Declared `defer_loading` and not discovered yet: found through `search_tools`."""
     MAX_TOOLS = "max_tools"
     """Eligible, but the model already has as many tools as it handles well."""
     OVER_BUDGET = "over_budget"
@@ -137,17 +148,28 @@ class ExposureRequest:
     example L1 for a read-only scenario; L4 is never exposed, so it is not a ceiling.
     `preferred` names tools the request hints at, most wanted first: they are kept first
     when the model cannot take every eligible tool, and never pass a filter they fail.
+    `discovered` names deferred tools a search found in this run (they are shown if they
+    pass every other filter); `include_deferred` shows every deferred tool (an
+    operator's listing, a host without tool search). `narrowed_to`, when set, is the
+    only set of names that may be shown (the active skills' tools with the catalogue
+    tools); it cannot add a tool any other filter removes.
     """
 
     scenario: str | None = None
     risk_ceiling: RiskLevel = RiskLevel.L3_HIGH_RISK_WRITE
     preferred: tuple[str, ...] = ()
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
+    discovered: frozenset[str] = frozenset()
+    include_deferred: bool = False
+    narrowed_to: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.risk_ceiling >= RiskLevel.L4_FORBIDDEN:
             raise ConfigurationError("L4 tools are never exposed; the highest ceiling is L3")
         object.__setattr__(self, "preferred", tuple(self.preferred))
+        object.__setattr__(self, "discovered", frozenset(self.discovered))
+        if self.narrowed_to is not None:
+            object.__setattr__(self, "narrowed_to", frozenset(self.narrowed_to))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -312,6 +334,24 @@ def _filtered(
             tool=spec.name,
             reason=ExclusionReason.UNSUPPORTED_SCHEMA,
             detail=f"the model does not support {sorted(unsupported)}",
+        )
+    return _withheld(spec, request)
+
+
+def _withheld(spec: ToolSpec, request: ExposureRequest) -> Exclusion | None:
+    """The last two filters: outside the active skills, or deferred and not discovered."""
+    narrowed = request.narrowed_to
+    if narrowed is not None and spec.name not in narrowed:
+        return Exclusion(
+            tool=spec.name,
+            reason=ExclusionReason.OUTSIDE_SKILL,
+            detail="the active skills do not list it",
+        )
+    if spec.defer_loading and not request.include_deferred and spec.name not in request.discovered:
+        return Exclusion(
+            tool=spec.name,
+            reason=ExclusionReason.DEFERRED,
+            detail="loaded on demand: search_tools finds it",
         )
     return None
 
