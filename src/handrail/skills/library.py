@@ -159,17 +159,18 @@ def _folders(root: Path, limits: SkillLimits, problems: list[SkillProblem]) -> l
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with os.scandir(fd) as entries:
-            found = sorted(entries, key=lambda entry: entry.name)
+            found = sorted(
+                (entry.name, entry.stat(follow_symlinks=False).st_mode)
+                for entry in entries
+                if not entry.name.startswith(".")
+            )
     finally:
         os.close(fd)
-    for entry in found:
-        if entry.name.startswith("."):
-            continue
-        mode = entry.stat(follow_symlinks=False).st_mode
+    for name, mode in found:
         if stat.S_ISLNK(mode):
             problems.append(
                 SkillProblem(
-                    file=entry.name,
+                    file=name,
                     line=None,
                     message="is a symbolic link; skill folders are never followed through links",
                 ),
@@ -184,5 +185,5 @@ def _folders(root: Path, limits: SkillLimits, problems: list[SkillProblem]) -> l
                     ),
                 )
                 break
-            folders.append(entry.name)
+            folders.append(name)
     return folders
