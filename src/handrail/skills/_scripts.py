@@ -107,7 +107,9 @@ class ScriptRunner:
                 ) from None
             facts |= {"exit_code": result.exit_code, "isolated": result.isolated}
             recorder.served(ctx, "script", facts)
-            return {"skill": skill, **_report(script, result)}
+            report = _report(script, result)
+            del report["name"]
+            return {"skill": skill, "script": script, **report}
 
         return Tool.from_json_schema(
             name=name,
