@@ -83,4 +83,6 @@ async def call(
     principal: Principal = READER,
 ) -> Envelope:
     """One call of `name` through `gate`."""
-    return await gate.handle(ToolCall(id="c1", name=name, arguments=json.dumps(arguments)), principal)
+    return await gate.handle(
+        ToolCall(id="c1", name=name, arguments=json.dumps(arguments)), principal
+    )

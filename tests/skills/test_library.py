@@ -76,9 +76,12 @@ def test_a_summary_is_one_bounded_line(tmp_path: Path) -> None:
             f"name: skill\ndescription: {'d' * 1025}",
             "skill/SKILL.md:3: description is 1025 characters; at most 1024",
         ),
-        ("name: skill\ndescription: \"a\\x1b[2Jb\"", "skill/SKILL.md:3: description holds control"),
+        ('name: skill\ndescription: "a\\x1b[2Jb"', "skill/SKILL.md:3: description holds control"),
         ("name: skill\ndescription: d\nversion: 2", "skill/SKILL.md:4: unknown key 'version'"),
-        ("name: skill\ndescription: d\nallowed-tools: 5", "skill/SKILL.md:4: allowed-tools must be"),
+        (
+            "name: skill\ndescription: d\nallowed-tools: 5",
+            "skill/SKILL.md:4: allowed-tools must be",
+        ),
         (
             "name: skill\ndescription: d\nallowed-tools:\n  - ok.tool\n  - [x]",
             "skill/SKILL.md:6: allowed-tools entry ['x'] is not a tool name",
@@ -87,13 +90,19 @@ def test_a_summary_is_one_bounded_line(tmp_path: Path) -> None:
             "name: skill\ndescription: d\nallowed-tools: " + " ".join(f"t{i}" for i in range(129)),
             "skill/SKILL.md:4: allowed-tools lists 129 tools",
         ),
-        ("name: skill\ndescription: d\ntriggers: word", "skill/SKILL.md:4: triggers must be a list"),
+        (
+            "name: skill\ndescription: d\ntriggers: word",
+            "skill/SKILL.md:4: triggers must be a list",
+        ),
         (
             "name: skill\ndescription: d\ntriggers:\n  - ok\n  - ''",
             "skill/SKILL.md:6: trigger '' must be text",
         ),
         ("name: skill\ndescription: d\ntriggers: [true]", "skill/SKILL.md:4: trigger True must"),
-        ("name: skill\ndescription: d\nmetadata: [a]", "skill/SKILL.md:4: metadata must be a mapping"),
+        (
+            "name: skill\ndescription: d\nmetadata: [a]",
+            "skill/SKILL.md:4: metadata must be a mapping",
+        ),
         ("name: skill\ndescription: d\nmetadata: {1: a}", "skill/SKILL.md:4: metadata key 1"),
         ("name: skill\ndescription: d\nmetadata: {a: [b]}", "skill/SKILL.md:4: metadata['a'] must"),
         (
@@ -146,7 +155,9 @@ def test_every_problem_of_every_skill_is_reported_at_once(tmp_path: Path) -> Non
 
 
 def test_a_listed_tool_must_be_registered(tmp_path: Path) -> None:
-    front = "name: skill\ndescription: d\nallowed-tools:\n  - bookstore.order_status\n  - shell.exec"
+    front = (
+        "name: skill\ndescription: d\nallowed-tools:\n  - bookstore.order_status\n  - shell.exec"
+    )
     write_skill(tmp_path, "skill", front=front)
     assert _problems(tmp_path, registry=stand_in_registry()) == [
         "skill/SKILL.md:6: allowed-tools names 'shell.exec', which is not a registered tool",

@@ -112,10 +112,7 @@ def _load_skill(
     }
 
     async def load(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, object]:
-        name = arguments["name"]
-        if name not in library:  # the enum already refused it; a second lock
-            recorder.refused(ctx, "loaded", "NOT_FOUND", {"skill": name})
-            raise ToolFailed(f"There is no skill named {name!r}.")
+        name = arguments["name"]  # one of the enum: the gate checked it
         skill = library.get(name)
         instructions, truncated = cut_to_tokens(library.instructions(name), budget, tokens)
         recorder.served(
