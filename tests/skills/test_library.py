@@ -7,7 +7,7 @@ import pytest
 
 from _skill_folders import EXAMPLES, stand_in_registry, write_skill
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound
-from handrail.skills import SkillError, SkillLibrary, SkillLimits, check_library
+from handrail.skills import SkillError, SkillLibrary, SkillLimits, SkillProblem, check_library
 
 
 def _problems(library: Path, **options: object) -> list[str]:
@@ -180,8 +180,10 @@ def test_a_body_over_the_token_limit_is_refused_at_its_first_line(tmp_path: Path
     write_skill(tmp_path, "skill", body="word " * 100)
     limits = SkillLimits(max_body_tokens=100)
     assert _problems(tmp_path, limits=limits) == [
-        "skill/SKILL.md:5: the body is about 125 tokens; at most 100 are allowed "
-        "(move detail into references/)",
+        (
+            "skill/SKILL.md:5: the body is about 125 tokens; at most 100 are allowed "
+            "(move detail into references/)"
+        ),
     ]
 
 
@@ -277,8 +279,6 @@ def test_limits_must_be_positive() -> None:
 
 
 def test_an_error_message_lists_at_most_twenty_problems() -> None:
-    from handrail.skills import SkillProblem
-
     error = SkillError([SkillProblem(file="f", line=i, message="m") for i in range(25)])
     assert str(error).splitlines()[0] == "f:0: m"
     assert str(error).splitlines()[-1] == "... and 5 more problems"
