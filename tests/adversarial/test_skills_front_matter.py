@@ -122,7 +122,7 @@ def test_a_5_mb_skill_md_is_refused_from_its_size_without_reading_it(
         read.append(len(data))
         return data
 
-    monkeypatch.setattr(_folder.os, "read", counting)
+    monkeypatch.setattr(os, "read", counting)
     assert _problems(tmp_path) == ["skill/SKILL.md: is larger than 65536 bytes"]
     assert read == []
 
@@ -139,10 +139,15 @@ def test_a_file_that_lies_about_its_size_is_read_only_one_byte_past_the_bound(
         info = real_fstat(fd)
         return os.stat_result((info.st_mode, *info[1:6], 10, *info[7:]))
 
-    monkeypatch.setattr(_folder.os, "fstat", shrunk)
+    monkeypatch.setattr(os, "fstat", shrunk)
     read: list[int] = []
     real_read = os.read
-    monkeypatch.setattr(_folder.os, "read", lambda fd, n: read.append(n) or real_read(fd, n))
+
+    def counting(fd: int, size: int) -> bytes:
+        read.append(size)
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", counting)
     with pytest.raises(InvalidArgument, match="larger than 1000 bytes"):
         _folder.read_bounded(workspace, WorkspaceFile(("big",)), 1_000)
     assert sum(read) == 1_001
