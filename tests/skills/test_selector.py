@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from _skill_folders import EXAMPLES, write_skill
 from handrail.errors import ConfigurationError
 from handrail.skills import SkillLibrary, SkillSelector
+from handrail.testing import MemoryAuditSink
 
 
 @pytest.fixture
@@ -69,6 +71,20 @@ def test_names_and_descriptions_count_without_triggers(tmp_path: Path) -> None:
 def test_a_huge_goal_is_read_only_in_part(selector: SkillSelector) -> None:
     assert selector.select("x " * 20_000 + "order", k=1) == ()
     assert selector.select("order " + "x " * 20_000, k=1) == ("order-support",)
+
+
+def test_what_the_selector_offers_is_audited() -> None:
+    sink = MemoryAuditSink()
+    selector = SkillSelector(SkillLibrary.load(EXAMPLES), audit=sink)
+    assert selector.select("reorder stock for the order", k=2) == (
+        "order-support",
+        "inventory-report",
+    )
+    assert selector.select("nothing here", k=2) == ()
+    [event] = sink.events
+    assert (event.kind, event.stage, event.decision) == ("skill", "offered", "selector")
+    assert json.loads(event.detail or "") == {"skills": ["inventory-report", "order-support"]}
+    assert event.tool is None
 
 
 def test_bad_settings_are_refused(selector: SkillSelector) -> None:

@@ -2,15 +2,18 @@
 
 Owns one deterministic ranking: a trigger found in the goal counts most, then a word of
 the skill's name, then words of its description; ties go by name. At most `k` skills
-come back and only those that clear `min_score`. It reads the library's front matter
-only and never loads a skill (loading and auditing it is the caller's).
+come back and only those that clear `min_score`; what it offers is audited. It reads
+the library's front matter only and never loads a skill (that is the caller's).
 """
 
 from __future__ import annotations
 
 import re
 
+from handrail.clock import Clock
 from handrail.errors import ConfigurationError
+from handrail.record.audit import AuditSink
+from handrail.skills._audit import SkillAudit
 from handrail.skills.library import SkillLibrary
 from handrail.skills.skill import Skill
 
@@ -77,11 +80,19 @@ _STOPWORDS = frozenset(
 class SkillSelector:
     """Picks the skills a goal needs from a library, before the model is asked anything."""
 
-    def __init__(self, library: SkillLibrary, *, min_score: int = 2) -> None:
+    def __init__(
+        self,
+        library: SkillLibrary,
+        *,
+        min_score: int = 2,
+        audit: AuditSink | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         if min_score < 1:
             raise ConfigurationError("SkillSelector.min_score must be positive")
         self._library = library
         self._min_score = min_score
+        self._audit = SkillAudit(audit, clock=clock)
         self._index = tuple(
             (skill, _words(skill.name.replace("-", " ")), _words(skill.description) - _STOPWORDS)
             for skill in library.skills()
@@ -101,7 +112,10 @@ class SkillSelector:
             >= self._min_score
         ]
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
-        return tuple(name for _, name in scored[:k])
+        chosen = tuple(name for _, name in scored[:k])
+        if chosen:
+            self._audit.offered(chosen, by="selector")
+        return chosen
 
     def scores(self, goal: str) -> dict[str, int]:
         """Every skill's score for `goal` (for operators explaining a choice)."""
