@@ -38,6 +38,7 @@ def test_a_fence_with_trailing_spaces_and_crlf_still_counts() -> None:
         ("---\nname: x\nname: y\n---\n", 3, "appears twice"),
         ("---\n[a]: 1\n---\n", 2, "plain text"),
         ("---\n1: one\n---\n", 2, "plain text"),
+        ("---\nname: x\ndescription: a\u2028b: c\n---\n", 3, "line separator"),
         ("---\nname: x\n  bad: indent\n---\n", 3, "not valid YAML"),
         ("---\ndescription: 'unterminated\n---\n", 2, "not valid YAML"),
         ("---\nx: !!python/object/apply:os.system ['id']\n---\n", 2, "constructor"),

@@ -21,6 +21,8 @@ __all__ = ["FrontMatter", "FrontMatterError", "parse_skill_md"]
 _FENCE = "---"
 _MAX_DEPTH = 8
 _STR_TAG = "tag:yaml.org,2002:str"
+_YAML_BREAKS = frozenset("\x85\u2028\u2029")
+"""Characters YAML counts as line breaks besides CR and LF: they would shift the lines."""
 
 
 class FrontMatterError(Exception):
@@ -84,6 +86,12 @@ def parse_skill_md(text: str) -> FrontMatter:
     closing = next((i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE), None)
     if closing is None:
         raise FrontMatterError(1, "the front matter opened on line 1 is never closed by '---'")
+    for index in range(1, closing):
+        if _YAML_BREAKS.intersection(lines[index]):
+            raise FrontMatterError(
+                index + 1,
+                "the front matter holds a line separator other than a line feed",
+            )
     node = _compose("\n".join(lines[1:closing]))
     if not isinstance(node, MappingNode):
         line = None if node is None else _line(node)
