@@ -25,8 +25,8 @@ from handrail.testing import FixedClock
 from handrail.tools.commands import (
     CommandsConfig,
     _left_out,
-    _timeout,
     _warning,
+    command_timeout,
     command_tools,
 )
 from handrail.tools.sandbox import (
@@ -377,7 +377,7 @@ def test_the_run_leaves_the_call_time_to_clean_up(
     remaining: float,
     expected: float,
 ) -> None:
-    assert _timeout(configured, remaining) == pytest.approx(expected)
+    assert command_timeout(configured, remaining) == pytest.approx(expected)
 
 
 def test_command_tools_are_ordinary_tools(project: Path, tmp_path: Path) -> None:

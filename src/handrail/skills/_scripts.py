@@ -19,7 +19,7 @@ from handrail.errors import ConfigurationError, NotFound, ToolFailed
 from handrail.skills._audit import SkillAudit
 from handrail.skills._meta import meta_tool
 from handrail.skills.library import SkillLibrary
-from handrail.tools.commands import _report, _timeout
+from handrail.tools.commands import command_report, command_timeout
 from handrail.tools.sandbox import Sandbox, SandboxUnavailableError
 
 __all__ = ["DEFAULT_INTERPRETERS", "ScriptRunner"]
@@ -91,7 +91,7 @@ class ScriptRunner:
                 raise
             try:
                 result = await self._sandbox.run(
-                    argv, timeout=_timeout(configured, ctx.remaining())
+                    argv, timeout=command_timeout(configured, ctx.remaining())
                 )
             except SandboxUnavailableError:
                 recorder.refused(ctx, "script", "FAILED_FINAL", facts)
@@ -100,7 +100,7 @@ class ScriptRunner:
                 ) from None
             facts |= {"exit_code": result.exit_code, "isolated": result.isolated}
             recorder.served(ctx, "script", facts)
-            report = _report(script, result)
+            report = command_report(script, result)
             del report["name"]
             return {"skill": skill, "script": script, **report}
 

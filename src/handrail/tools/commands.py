@@ -31,7 +31,7 @@ from handrail.tools.sandbox import (
     SandboxUnavailableError,
 )
 
-__all__ = ["CommandsConfig", "command_tools"]
+__all__ = ["CommandsConfig", "command_report", "command_timeout", "command_tools"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _MAX_ARGS = 256
@@ -157,12 +157,12 @@ def _command_tool(
         if argv is None:  # the schema's enum already refused it; this is a second lock
             raise ToolFailed(f"{chosen!r} is not one of the configured entries.")
         try:
-            result = await sandbox.run(argv, timeout=_timeout(configured, ctx.remaining()))
+            result = await sandbox.run(argv, timeout=command_timeout(configured, ctx.remaining()))
         except SandboxUnavailableError:
             raise ToolFailed(
                 "Commands are disabled: this host cannot isolate them as required.",
             ) from None
-        return _report(chosen, result)
+        return command_report(chosen, result)
 
     return Tool.from_json_schema(
         name=name,
@@ -177,13 +177,14 @@ def _command_tool(
     )
 
 
-def _timeout(configured: float, remaining: float) -> float:
+def command_timeout(configured: float, remaining: float) -> float:
     """The configured timeout, shortened to leave the call time to clean up."""
     room = remaining - min(_CLEANUP_MARGIN_S, remaining / 5)
     return max(0.1, min(configured, room))
 
 
-def _report(name: str, result: SandboxResult) -> dict[str, object]:
+def command_report(name: str, result: SandboxResult) -> dict[str, object]:
+    """What the model reads of one sandboxed run: exit, duration, excerpts, failures."""
     failures = [f"stdout {line}" for line in result.stdout.failures]
     failures += [f"stderr {line}" for line in result.stderr.failures]
     failed = dict.fromkeys([*result.stdout.failed_tests, *result.stderr.failed_tests])
