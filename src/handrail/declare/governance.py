@@ -15,8 +15,8 @@ The rules and their severities (an ERROR makes `handrail tools lint` exit 1):
 - description-changed (error): what the model reads differs from the approved
   catalogue (`--approved`); review it and export a new catalogue.
 - unapproved-tool (warning): the tool is not in the approved catalogue at all.
-- vague-name (warning): the name has no word besides verbs and filler (`run`,
-  `process_data`, `tools.helper`).
+- vague-name (warning): the name's last segment has no word besides verbs and filler
+  (`desk.run`, `process_data`, `tools.helper`): it does not say what it acts on.
 - vague-description (warning): fewer than five words, or filler ("various", "etc").
 - missing-owner (warning): no owner to ask about the tool.
 - undescribed-field (warning): a schema property without a description.
@@ -149,6 +149,7 @@ _VAGUE_PHRASES = re.compile(
     re.IGNORECASE,
 )
 _MAX_LISTED = 10
+_VERBS = frozenset(SYNONYMS.values())
 _ORDER = {severity: rank for rank, severity in enumerate(Severity)}
 
 
@@ -176,8 +177,8 @@ def lint(
 
 
 def _tool_findings(spec: ToolSpec) -> Iterator[Finding]:
-    words = name_words(spec.name)
-    if not words - VAGUE_WORDS - frozenset(SYNONYMS.values()):
+    words = name_words(spec.name.rpartition(".")[2])
+    if not words - VAGUE_WORDS - _VERBS:
         yield Finding(
             rule=Rule.VAGUE_NAME,
             tool=spec.name,
