@@ -123,7 +123,7 @@ def test_diff_shows_what_the_model_will_see_differently(
     changes = json.loads(as_json.stdout)["changes"]
     assert {(c["tool"], c["kind"]) for c in changes} == {
         ("desk.legacy_export", "added"),
-        ("desk.old_reader", "added"),
+        ("desk.old_ticket_reader", "added"),
     }
     back = runner.invoke(cli.app, ["tools", "diff", "--json", str(new), str(old)])
     assert {c["kind"] for c in json.loads(back.stdout)["changes"]} == {"removed"}
