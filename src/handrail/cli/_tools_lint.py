@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.text import Text
 
 from handrail.cli._common import (
     DEFAULT_APP,
@@ -22,6 +23,7 @@ from handrail.cli._common import (
     load_registry,
     one_line_errors,
 )
+from handrail.cli._raw import shown
 
 if TYPE_CHECKING:
     from handrail.declare.catalogue import Change
@@ -84,7 +86,9 @@ def lint_tools(
         )
         for finding in findings:
             tool = finding.tool if finding.other is None else f"{finding.tool} ~ {finding.other}"
-            table.add_row(finding.severity.value, finding.rule.value, tool, finding.message)
+            table.add_row(
+                *_cells(finding.severity.value, finding.rule.value, tool, finding.message)
+            )
         console_for_output().print(table)
     if errors:
         raise typer.Exit(EXIT_FINDINGS)
@@ -120,8 +124,13 @@ def diff_catalogues(
     )
     for change in changes:
         before, after = _summary(change)
-        table.add_row(change.tool, change.kind.value, before, after, change.note)
+        table.add_row(*_cells(change.tool, change.kind.value, before, after, change.note))
     console_for_output().print(table)
+
+
+def _cells(*texts: str) -> tuple[Text, ...]:
+    # A catalogue file is untrusted: its text is never read as markup or control codes.
+    return tuple(Text(shown(text)) for text in texts)
 
 
 def _summary(change: Change) -> tuple[str, str]:
