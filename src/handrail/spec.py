@@ -278,15 +278,22 @@ def _check_name(name: str) -> None:
 
 
 def _check_rate(name: str, text: str) -> None:
-    # The quota reads the rate on every call; an unreadable one must fail registration.
-    from handrail.authz.quota import Rate  # noqa: PLC0415 - the quota module imports this one
+    """Refuse a `rate_limit` the quota could not read (`authz.quota.Rate.parse_many`).
+
+    The quota reads the rate on every call; an unreadable one must fail when declared.
+    Read here with `limits` itself, since the quota module depends on this one.
+    """
+    from limits import parse_many  # noqa: PLC0415 - on first use, not on import
 
     try:
-        Rate.parse_many(text)
-    except ConfigurationError as exc:
+        items = parse_many(text)
+    except ValueError:
+        items = []
+    if not items or any(item.amount < 1 or item.get_expiry() < 1 for item in items):
         raise RegistrationError(
-            f"tool {name!r}: rate_limit {text[:80]!r} is not a rate such as '10/minute' ({exc})",
-        ) from None
+            f"tool {name!r}: rate_limit {text[:80]!r} is not a rate such as '10/minute' "
+            f"(at least one call in at least one second; several separated by ';')",
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
