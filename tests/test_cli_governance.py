@@ -150,6 +150,26 @@ def test_diff_summarises_a_schema_and_description_change(
     assert "2026-06-01" in result.stdout
 
 
+def test_diff_of_a_schema_changed_within_a_property_says_so(
+    runner: CliRunner,
+    tmp_path: Path,
+) -> None:
+    old = _export(runner, "clean", tmp_path / "old.json")
+    document = json.loads(old.read_text(encoding="utf-8"))
+    (entry,) = document["tools"]
+    entry["input_schema"]["properties"]["id"]["maxLength"] = 12
+    document["tools"] = [_rehashed(entry)]
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(document), encoding="utf-8")
+    result = runner.invoke(cli.app, ["tools", "diff", "--json", str(old), str(new)])
+    (change,) = json.loads(result.stdout)["changes"]
+    assert change["kind"] == "schema"
+    assert change["after"]["properties"]["id"]["maxLength"] == 12
+    table = runner.invoke(cli.app, ["tools", "diff", str(old), str(new)])
+    assert "properties: id" in table.stdout
+    assert "changed within" in table.stdout
+
+
 def test_diff_of_a_file_that_is_not_a_catalogue_exits_2_with_one_line(
     runner: CliRunner,
     tmp_path: Path,

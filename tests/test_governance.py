@@ -87,6 +87,14 @@ def test_tools_sharing_a_verb_but_not_an_object_are_not_near_duplicates() -> Non
         examples=({"query": "x"},),
     )
     assert not any(rule is Rule.NEAR_DUPLICATE for rule, _ in _rules(tickets, invoices))
+    notes = make_tool(
+        "desk.search_notes",
+        description="Search the private notes agents wrote on a customer's account.",
+        schema=QUERY,
+        examples=({"query": "x"},),
+    )
+    assert overlap(name_words("desk.search_tickets"), name_words("desk.search_notes")) == 0.5
+    assert not any(rule is Rule.NEAR_DUPLICATE for rule, _ in _rules(tickets, notes))
 
 
 def test_the_synonym_table_folds_grep_lookup_query_and_plurals() -> None:
@@ -132,6 +140,7 @@ def test_fields_without_descriptions_are_listed_at_any_depth() -> None:
             "id": {"type": "string"},
             "filter": {"$ref": "#/$defs/Filter"},
             "tags": {"type": "array", "description": "Tags", "items": {"$ref": "#/$defs/Tag"}},
+            "any": {"type": "array", "description": "Anything", "items": True},
         },
         "$defs": {
             "Filter": {"type": "object", "description": "A filter"},

@@ -116,10 +116,8 @@ class Rate:
             items = parse_many(text)
         except ValueError as exc:
             raise ConfigurationError(f"not a rate: {text[:80]!r}") from exc
-        rates = tuple(dict.fromkeys(cls(amount=i.amount, seconds=i.get_expiry()) for i in items))
-        if not rates:
-            raise ConfigurationError(f"not a rate: {text[:80]!r}")
-        return rates
+        # `parse_many` refuses a text without any rate, so there is always one.
+        return tuple(dict.fromkeys(cls(amount=i.amount, seconds=i.get_expiry()) for i in items))
 
     def __str__(self) -> str:
         return f"{self.amount} per {self.seconds} seconds"
