@@ -56,22 +56,21 @@ def clean() -> Registry:
 def duplicates() -> Registry:
     """Two tools a model cannot tell apart: an error-level finding."""
     registry = Registry(clock=FixedClock())
-    registry.register(
-        make_tool(
+    for name, description in (
+        (
             "desk.search_tickets",
-            description="Search the support desk tickets by words: title, status, assignee.",
-            schema=QUERY,
-            examples=({"query": "printer"},),
+            "Search the support desk tickets by words: title, status, assignee.",
         ),
-    )
-    registry.register(
-        make_tool(
+        (
             "desk.find_tickets",
-            description="Find support desk tickets matching words; title, status and assignee.",
-            schema=QUERY,
-            examples=({"query": "printer"},),
+            "Find support desk tickets matching words; title, status and assignee.",
         ),
-    )
+    ):
+        registry.register(
+            make_tool(
+                name, description=description, schema=QUERY, examples=({"query": "printer"},)
+            ),
+        )
     return registry
 
 

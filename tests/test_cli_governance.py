@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,22 @@ def _export(runner: CliRunner, app: str, path: Path) -> Path:
     assert result.exit_code == 0, result.output
     path.write_text(result.stdout, encoding="utf-8")
     return path
+
+
+def _edited_export(
+    runner: CliRunner,
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], None],
+) -> tuple[Path, Path]:
+    """The clean app's catalogue, and a copy whose one entry `edit` changed (rehashed)."""
+    old = _export(runner, "clean", tmp_path / "old.json")
+    document = json.loads(old.read_text(encoding="utf-8"))
+    (entry,) = document["tools"]
+    edit(entry)
+    document["tools"] = [_rehashed(entry)]
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(document), encoding="utf-8")
+    return old, new
 
 
 def test_lint_of_a_clean_catalogue_exits_0_with_a_table(runner: CliRunner) -> None:
@@ -133,15 +150,13 @@ def test_diff_summarises_a_schema_and_description_change(
     runner: CliRunner,
     tmp_path: Path,
 ) -> None:
-    old = _export(runner, "clean", tmp_path / "old.json")
-    document = json.loads(old.read_text(encoding="utf-8"))
-    (entry,) = document["tools"]
-    entry["input_schema"] = {"type": "object", "properties": {"key": {"type": "string"}}}
-    entry["description"] = "Read one ticket by key, with its whole history of comments."
-    entry["deprecation"] = {"after": "2026-06-01", "replacement": None, "note": ""}
-    document["tools"] = [_rehashed(entry)]
-    new = tmp_path / "new.json"
-    new.write_text(json.dumps(document), encoding="utf-8")
+
+    def edit(entry: dict[str, Any]) -> None:
+        entry["input_schema"] = {"type": "object", "properties": {"key": {"type": "string"}}}
+        entry["description"] = "Read one ticket by key, with its whole history of comments."
+        entry["deprecation"] = {"after": "2026-06-01", "replacement": None, "note": ""}
+
+    old, new = _edited_export(runner, tmp_path, edit)
     result = runner.invoke(cli.app, ["tools", "diff", str(old), str(new)])
     assert result.exit_code == 0, result.output
     assert "removed: id" in result.stdout
@@ -154,13 +169,11 @@ def test_diff_of_a_schema_changed_within_a_property_says_so(
     runner: CliRunner,
     tmp_path: Path,
 ) -> None:
-    old = _export(runner, "clean", tmp_path / "old.json")
-    document = json.loads(old.read_text(encoding="utf-8"))
-    (entry,) = document["tools"]
-    entry["input_schema"]["properties"]["id"]["maxLength"] = 12
-    document["tools"] = [_rehashed(entry)]
-    new = tmp_path / "new.json"
-    new.write_text(json.dumps(document), encoding="utf-8")
+
+    def edit(entry: dict[str, Any]) -> None:
+        entry["input_schema"]["properties"]["id"]["maxLength"] = 12
+
+    old, new = _edited_export(runner, tmp_path, edit)
     result = runner.invoke(cli.app, ["tools", "diff", "--json", str(old), str(new)])
     (change,) = json.loads(result.stdout)["changes"]
     assert change["kind"] == "schema"
