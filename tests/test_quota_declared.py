@@ -108,3 +108,13 @@ async def test_a_configured_limiter_counts_the_declared_rate_too(
     assert envelopes[-1].error_type is ErrorCode.RATE_LIMITED
     assert envelopes[-1].retryable
     assert 1 <= (envelopes[-1].retry_after or 0) <= 3600
+
+
+def test_the_declared_rate_holds_across_the_sync_calls_of_one_gate() -> None:
+    # Each `handle_sync` runs its own event loop; the counts outlive each of them.
+    registry = Registry()
+    registry.register(make_tool("desk.read_ticket", rate_limit="2/hour"))
+    gate = Gate(registry)
+    call = ToolCall(id="c", name="desk.read_ticket", arguments={"id": "T-1"})
+    statuses = [gate.handle_sync(call, ALICE).status for _ in range(3)]
+    assert statuses == [Status.OK, Status.OK, Status.ERROR]
