@@ -49,7 +49,10 @@ class Limiter(Protocol):
     """Counts calls against limits; says how long to wait when one is reached."""
 
     async def acquire(self, principal: Principal, spec: ToolSpec) -> float | None:
-        """Take one unit for this call: None if allowed, else seconds until a retry may pass."""
+        """Take one unit for this call: None if allowed, else seconds until a retry may pass.
+
+        The tool's own `rate_limit` (`declared_rates(spec)`) is one of the limits.
+        """
         ...
 
 

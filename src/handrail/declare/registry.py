@@ -194,8 +194,8 @@ class Registry:
         `request` carries the scenario, risk ceiling, preferred tools and the model's
         capabilities (see `exposure` for the rules and the order of the cut); without
         one, every tool the principal may see is shown. Deprecations are judged by the
-        registry's clock (`today`). Never includes forbidden (L4)
-        or disabled tools, or tools of other tenants: `Exposure` refuses to hold them.
+        registry's clock (`today`). Never includes forbidden (L4) or disabled tools, or
+        tools of other tenants: `Exposure` refuses to hold them.
         """
         return select_tools(
             self.specs(),

@@ -236,7 +236,9 @@ class Gate:
             elif trail:
                 trail.record("authorization", "pass")
 
-            limiter = self._limiter or self._declared_limiter(tool.spec)
+            limiter = self._limiter
+            if limiter is None:
+                limiter = self._declared_limiter(tool.spec)
             if limiter is not None:
                 await admit(limiter, principal, tool.spec)
                 if trail:
