@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -209,7 +209,7 @@ class Deprecation:
     note: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.after, date):
+        if not isinstance(self.after, date) or isinstance(self.after, datetime):
             raise RegistrationError("Deprecation.after is a datetime.date (a UTC day)")
         if len(self.note) > _MAX_REASON or (self.note and not self.note.isprintable()):
             raise RegistrationError(
@@ -217,6 +217,12 @@ class Deprecation:
             )
         if self.replacement is not None:
             _check_name(self.replacement)
+
+    def notice(self) -> str:
+        """The sentence the model reads after the description until the tool is refused."""
+        use = f" Use {self.replacement} instead." if self.replacement else ""
+        note = f" {self.note}" if self.note else ""
+        return f"Deprecated: refused from {self.after.isoformat()} (UTC).{use}{note}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,6 +274,25 @@ def _check_name(name: str) -> None:
         raise RegistrationError(
             f"invalid tool name {name!r}: use dot-separated segments of letters, digits, "
             f"'_' or '-', each starting with a letter, at most 64 characters each",
+        )
+
+
+def _check_rate(name: str, text: str) -> None:
+    """Refuse a `rate_limit` the quota could not read (`authz.quota.Rate.parse_many`).
+
+    The quota reads the rate on every call; an unreadable one must fail when declared.
+    Read here with `limits` itself, since the quota module depends on this one.
+    """
+    from limits import parse_many  # noqa: PLC0415 - on first use, not on import
+
+    try:
+        items = parse_many(text)
+    except ValueError:
+        items = []
+    if not items or any(item.amount < 1 or item.get_expiry() < 1 for item in items):
+        raise RegistrationError(
+            f"tool {name!r}: rate_limit {text[:80]!r} is not a rate such as '10/minute' "
+            f"(at least one call in at least one second; several separated by ';')",
         )
 
 
@@ -340,6 +365,10 @@ class ToolSpec:
         object.__setattr__(self, "scenarios", frozenset(self.scenarios))
         object.__setattr__(self, "secrets", frozenset(self.secrets))
         object.__setattr__(self, "dependencies", frozenset(self.dependencies))
+        if self.rate_limit is not None:
+            _check_rate(self.name, self.rate_limit)
+        if self.deprecation is not None and self.deprecation.replacement == self.name:
+            raise RegistrationError(f"tool {self.name!r} cannot be its own replacement")
         object.__setattr__(
             self,
             "examples",
@@ -379,6 +408,18 @@ class ToolSpec:
                 f"tool {self.name!r}: PLAN keys need a confirmation policy; an unconfirmed "
                 f"write is keyed by the host's COMMAND_ID",
             )
+
+    @property
+    def model_description(self) -> str:
+        """The description every definition writer sends: with the deprecation notice, if any.
+
+        Exposure leaves a tool out from its deprecation day on, so while a model is shown
+        the tool at all, the notice is true; it is fixed text (no clock), so the same
+        catalogue always renders the same definitions.
+        """
+        if self.deprecation is None:
+            return self.description
+        return f"{self.description}\n\n{self.deprecation.notice()}"
 
     @property
     def namespace(self) -> str | None:

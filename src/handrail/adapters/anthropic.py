@@ -105,7 +105,7 @@ class AnthropicAdapter:
             issues.extend(check.issues)
             definition: dict[str, Any] = {
                 "name": wire,
-                "description": spec.description,
+                "description": spec.model_description,
                 "input_schema": schema,
             }
             if self._strict:

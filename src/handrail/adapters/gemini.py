@@ -131,7 +131,7 @@ class GeminiAdapter:
         for spec, wire in sendable(specs):
             if not GEMINI_NAME.fullmatch(wire):  # pragma: no cover - a second line of defence
                 raise ConfigurationError(f"{wire!r} is not a valid Gemini function name")
-            declaration: dict[str, Any] = {"name": wire, "description": spec.description}
+            declaration: dict[str, Any] = {"name": wire, "description": spec.model_description}
             if self._json_schema:
                 declaration["parametersJsonSchema"] = plain_json(spec.input_schema)
             else:

@@ -20,7 +20,7 @@ def tool_definition(spec: ToolSpec) -> dict[str, Any]:
     """One spec as a plain JSON object; the schema is a deep copy."""
     return {
         "name": spec.name,
-        "description": spec.description,
+        "description": spec.model_description,
         "input_schema": plain_json(spec.input_schema),
         "schema_version": spec.schema_version,
         "description_version": spec.description_version,

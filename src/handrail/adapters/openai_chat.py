@@ -49,7 +49,7 @@ def _shape(spec: ToolSpec, wire: str, schema: dict[str, Any], strict: bool) -> d
         "type": "function",
         "function": {
             "name": wire,
-            "description": spec.description,
+            "description": spec.model_description,
             "parameters": schema,
             "strict": strict,
         },

@@ -10,6 +10,7 @@ parsed rate is first made, not on import.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "Scope",
     "TenantQuota",
     "bucket_identifiers",
+    "declared_rates",
 ]
 
 _NAMESPACE = "handrail"
@@ -47,7 +49,10 @@ class Limiter(Protocol):
     """Counts calls against limits; says how long to wait when one is reached."""
 
     async def acquire(self, principal: Principal, spec: ToolSpec) -> float | None:
-        """Take one unit for this call: None if allowed, else seconds until a retry may pass."""
+        """Take one unit for this call: None if allowed, else seconds until a retry may pass.
+
+        The tool's own `rate_limit` (`declared_rates(spec)`) is one of the limits.
+        """
         ...
 
 
@@ -101,6 +106,22 @@ class Rate:
             raise ConfigurationError(f"not a rate: {text!r}") from exc
         return cls(amount=item.amount, seconds=item.get_expiry())
 
+    @classmethod
+    def parse_many(cls, text: str) -> tuple[Rate, ...]:
+        """Read one or more rates separated by ';' or ',' ("10/minute;1000/day"), distinct.
+
+        `parse` keeps only the first of several rates; a declared rate must never lose
+        one silently, so declarations are read with this.
+        """
+        from limits import parse_many  # noqa: PLC0415 - on first use, not on import
+
+        try:
+            items = parse_many(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"not a rate: {text[:80]!r}") from exc
+        # `parse_many` refuses a text without any rate, so there is always one.
+        return tuple(dict.fromkeys(cls(amount=i.amount, seconds=i.get_expiry()) for i in items))
+
     def __str__(self) -> str:
         return f"{self.amount} per {self.seconds} seconds"
 
@@ -114,6 +135,21 @@ class Limit:
 
 
 Rates = tuple[Rate, ...]
+
+
+def declared_rates(spec: ToolSpec) -> Rates | None:
+    """The per-tool rates a spec declares in `rate_limit`, or None when it declares none.
+
+    Registration has parsed the text already (`ToolSpec` refuses one that is not a
+    rate), so this only reads it again.
+    """
+    return None if spec.rate_limit is None else _parsed(spec.rate_limit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Rates:
+    # Read on every call of a rate-limited tool; the same few texts recur.
+    return Rate.parse_many(text)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -223,12 +259,26 @@ class QuotaPolicy:
         object.__setattr__(self, "tools", MappingProxyType(dict(self.tools)))
         object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
 
-    def limits_for(self, tenant_id: str, tool: str) -> tuple[Limit, ...]:
-        """The limits a call of `tool` in `tenant_id` counts against, narrowest first."""
+    def limits_for(
+        self,
+        tenant_id: str,
+        tool: str,
+        *,
+        declared: Rates | None = None,
+    ) -> tuple[Limit, ...]:
+        """The limits a call of `tool` in `tenant_id` counts against, narrowest first.
+
+        `declared` is the tool's own `rate_limit` (`declared_rates`): a `per_tool` layer
+        between `default` and `tools[tool]`, so that the tool's author's rate holds
+        unless the operator names this tool (or its tenant) with other rates.
+        """
         tenant = self.tenants.get(tenant_id)
         if tenant is not None and tenant.exempt:
             return ()
-        layer = self.tools.get(tool, Quota()).over(self.default)
+        layer = self.default
+        if declared is not None:
+            layer = Quota(per_tool=declared).over(layer)
+        layer = self.tools.get(tool, Quota()).over(layer)
         if tenant is not None:
             layer = tenant.default.over(layer)
             layer = tenant.tools.get(tool, Quota()).over(layer)
@@ -380,7 +430,11 @@ class RateLimiter:
                 ),
                 identifiers=bucket_identifiers(limit.scope, principal, spec.name),
             )
-            for limit in self._policy.limits_for(principal.tenant_id, spec.name)
+            for limit in self._policy.limits_for(
+                principal.tenant_id,
+                spec.name,
+                declared=declared_rates(spec),
+            )
         )
         try:
             return await self._take(buckets)

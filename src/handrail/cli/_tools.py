@@ -1,7 +1,8 @@
 """`handrail tools`: what an application exposes to a principal, and its definitions.
 
 Lists, specs and exports come from `Registry.exposed(principal)` only, so forbidden
-(L4) and disabled tools never appear, whatever the options.
+(L4) and disabled tools never appear, whatever the options. The catalogue export, lint
+and diff (`_tools_lint`) cover every tool some model may see, also never those.
 """
 
 from __future__ import annotations
@@ -32,16 +33,22 @@ from handrail.cli._common import (
     operator_principal,
     who,
 )
+from handrail.cli._tools_lint import diff_catalogues, lint_tools
 
 if TYPE_CHECKING:
     from handrail.adapters.base import Adapter
+    from handrail.declare.registry import Registry
     from handrail.spec import ToolSpec
 
 __all__ = ["spec_document", "tools_app"]
 
 tools_app = typer.Typer(
-    cls=HelpGroup, help="The tools exposed to a principal.", no_args_is_help=True
+    cls=HelpGroup,
+    help="The tools exposed to a principal; the catalogue's lint and review.",
+    no_args_is_help=True,
 )
+tools_app.command("lint", cls=HelpCommand)(lint_tools)
+tools_app.command("diff", cls=HelpCommand)(diff_catalogues)
 
 
 @tools_app.command("list", cls=HelpCommand)
@@ -149,9 +156,22 @@ def show_tool(
 def export_tools(
     *,
     fmt: Annotated[
-        DefinitionFormat,
+        DefinitionFormat | None,
         typer.Option("--format", "-f", help="The wire format of the definitions."),
-    ],
+    ] = None,
+    catalogue: Annotated[
+        bool,
+        typer.Option(
+            "--catalogue",
+            help=(
+                "Instead of definitions, the approved-catalogue JSON: per tool what the "
+                "model sees (name, description, schema), versions, risk, owner, "
+                "deprecation and a hash, for every tool some model may see (principal "
+                "options do not apply). Keep it; pass it to tools lint --approved and "
+                "tools diff."
+            ),
+        ),
+    ] = False,
     strict: Annotated[
         bool,
         typer.Option(
@@ -170,8 +190,16 @@ def export_tools(
     permission: PermissionOption = None,
     scenario: ScenarioOption = None,
 ) -> None:
-    """Print the tool definitions exposed to the principal as JSON, ready for a request."""
+    """Print the tool definitions exposed to the principal as JSON, ready for a request.
+
+    With --catalogue, print the approved-catalogue JSON instead.
+    """
+    if catalogue == (fmt is not None):
+        raise CliError("give either --format or --catalogue")
     registry = load_registry(app_target)
+    if fmt is None:
+        typer.echo(_catalogue_json(registry), nl=False)
+        return
     principal = operator_principal(registry, tenant=tenant, user=user, permissions=permission)
     if not strict:
         definitions = exposed_definitions(registry, principal, fmt, scenario=scenario)
@@ -186,6 +214,14 @@ def export_tools(
             err=True,
         )
     typer.echo(json.dumps(rendered.payload, indent=2, ensure_ascii=False))
+
+
+def _catalogue_json(registry: Registry) -> str:
+    """The catalogue of every registered tool that is neither forbidden nor disabled."""
+    from handrail.declare.catalogue import Catalogue  # noqa: PLC0415 - not for --help
+    from handrail.declare.exposure import never_exposed  # noqa: PLC0415
+
+    return Catalogue.of(s for s in registry.specs() if never_exposed(s) is None).to_json()
 
 
 def _strict_adapter(fmt: DefinitionFormat) -> Adapter:

@@ -12,7 +12,7 @@ general-purpose: it is offered in every scenario. A tool with scenarios is offer
 in those (and in unscoped requests). For a minimal toolset, a request names its scenario.
 
 Order of the filters; a tool is reported with the first one that rejects it: FORBIDDEN,
-DISABLED, OTHER_TENANT, OTHER_SCENARIO, ABOVE_RISK_CEILING, MISSING_PERMISSION,
+DISABLED, OTHER_TENANT, DEPRECATED, OTHER_SCENARIO, ABOVE_RISK_CEILING, MISSING_PERMISSION,
 UNSUPPORTED_SCHEMA, OUTSIDE_SKILL, DEFERRED; then the capacity cut, MAX_TOOLS and
 OVER_BUDGET.
 
@@ -21,6 +21,10 @@ until the request names it in `discovered` (a `search_tools` call found it), or 
 request sets `include_deferred`. A request with `narrowed_to` (the active skills' tools
 and the catalogue tools) shows nothing outside that set; narrowing only ever removes
 tools, so a skill can never widen what the principal may see.
+
+Deprecation. A tool whose `Deprecation.after` day has come (the request's `today`,
+from the registry's clock) is left out as DEPRECATED, and the registry's lookup refuses
+it; before that day it is shown with the notice of `ToolSpec.model_description`.
 
 The capacity cut. Tools that pass every filter are ranked: first the request's
 `preferred` names in the order given, then tools that name the request's scenario
@@ -37,6 +41,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 from typing import Any
 
@@ -53,6 +58,7 @@ __all__ = [
     "barred",
     "definition_chars",
     "never_exposed",
+    "retired",
     "schema_keywords",
     "select_tools",
 ]
@@ -67,6 +73,8 @@ class ExclusionReason(StrEnum):
     """Switched off for everyone."""
     OTHER_TENANT = "other_tenant"
     """Not enabled for the principal's tenant."""
+    DEPRECATED = "deprecated"
+    """Its deprecation day has come: refused from that day on, never shown again."""
     OTHER_SCENARIO = "other_scenario"
     """Offered only in scenarios other than the request's."""
     ABOVE_RISK_CEILING = "above_risk_ceiling"
@@ -98,6 +106,12 @@ def never_exposed(spec: ToolSpec) -> ExclusionReason | None:
     if not spec.enabled:
         return ExclusionReason.DISABLED
     return None
+
+
+def retired(spec: ToolSpec, today: date | None) -> bool:
+    """Whether the tool's deprecation day has come (`today` None: no day is known)."""
+    deprecation = spec.deprecation
+    return deprecation is not None and today is not None and today >= deprecation.after
 
 
 def barred(spec: ToolSpec, tenant_id: str) -> ExclusionReason | None:
@@ -239,7 +253,11 @@ def definition_chars(spec: ToolSpec) -> int:
     Compact JSON with sorted keys; provider payloads differ by a few dozen characters of
     wrapping per tool, so a budget should leave that margin.
     """
-    document = {"name": spec.name, "description": spec.description, "parameters": spec.input_schema}
+    document = {
+        "name": spec.name,
+        "description": spec.model_description,
+        "parameters": spec.input_schema,
+    }
     text = json.dumps(
         document,
         default=_plain_mapping,
@@ -302,11 +320,12 @@ def _filtered(
     spec: ToolSpec,
     principal: Principal,
     request: ExposureRequest,
+    today: date | None,
 ) -> Exclusion | None:
     # The filters in their documented order; the first that rejects names the reason.
-    reason = barred(spec, principal.tenant_id)
-    if reason is not None:
-        return Exclusion(tool=spec.name, reason=reason, detail=_barred_detail(reason, principal))
+    fixed = _out_for_good(spec, principal, today)
+    if fixed is not None:
+        return fixed
     scenario = request.scenario
     if scenario is not None and spec.scenarios and scenario not in spec.scenarios:
         return Exclusion(
@@ -336,6 +355,23 @@ def _filtered(
             detail=f"the model does not support {sorted(unsupported)}",
         )
     return _withheld(spec, request)
+
+
+def _out_for_good(spec: ToolSpec, principal: Principal, today: date | None) -> Exclusion | None:
+    """The first filters: barred for the tenant, or past the tool's deprecation day."""
+    reason = barred(spec, principal.tenant_id)
+    if reason is not None:
+        return Exclusion(tool=spec.name, reason=reason, detail=_barred_detail(reason, principal))
+    deprecation = spec.deprecation
+    if deprecation is None or not retired(spec, today):
+        return None
+    replacement = deprecation.replacement
+    return Exclusion(
+        tool=spec.name,
+        reason=ExclusionReason.DEPRECATED,
+        detail=f"deprecated from {deprecation.after.isoformat()}"
+        + (f"; replaced by {replacement!r}" if replacement else ""),
+    )
 
 
 def _withheld(spec: ToolSpec, request: ExposureRequest) -> Exclusion | None:
@@ -412,11 +448,14 @@ def select_tools(
     specs: Sequence[ToolSpec],
     principal: Principal,
     request: ExposureRequest,
+    *,
+    today: date | None = None,
 ) -> Exposure:
     """The minimal toolset of one request, and every other tool with the reason it is out.
 
-    Pure and deterministic: the same specs (in any order), principal and request give
-    the same Exposure. Raises ConfigurationError for two specs of one name.
+    Pure and deterministic: the same specs (in any order), principal, request and
+    `today` (the UTC day deprecations are judged by; None judges none) give the same
+    Exposure. Raises ConfigurationError for two specs of one name.
     """
     by_name: dict[str, ToolSpec] = {}
     for spec in specs:
@@ -427,7 +466,7 @@ def select_tools(
     excluded: list[Exclusion] = []
     for name in sorted(by_name):
         spec = by_name[name]
-        exclusion = _filtered(spec, principal, request)
+        exclusion = _filtered(spec, principal, request, today)
         if exclusion is None:
             eligible.append(spec)
         else:

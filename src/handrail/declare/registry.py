@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
+from datetime import date
 from types import MappingProxyType
 
 from handrail.clock import Clock, SystemClock
@@ -23,9 +24,11 @@ from handrail.declare.exposure import (
     ExposureRequest,
     barred,
     never_exposed,
+    retired,
     select_tools,
 )
-from handrail.errors import DuplicateToolError, UnknownToolError
+from handrail.declare.governance import example_errors, utc_day
+from handrail.errors import DuplicateToolError, RegistrationError, UnknownToolError
 from handrail.events import AuditSubject
 from handrail.principal import Principal
 from handrail.record.audit import Auditor, AuditSink
@@ -50,10 +53,11 @@ def _folded(name: str) -> str:
 def _open_to_all(spec: ToolSpec) -> bool:
     """Whether `barred(spec, tenant)` is None for every tenant.
 
-    Nothing about the spec itself bars it (`never_exposed`), and it is not limited to
-    some tenants (`ToolSpec.enabled_for`).
+    Nothing about the spec itself bars it (`never_exposed`), it is not limited to some
+    tenants (`ToolSpec.enabled_for`) and it has no deprecation day (which the clock
+    decides at each lookup).
     """
-    return never_exposed(spec) is None and spec.enabled_tenants is None
+    return never_exposed(spec) is None and spec.enabled_tenants is None and not spec.deprecation
 
 
 class Registry:
@@ -66,7 +70,8 @@ class Registry:
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
     ) -> None:
-        self._auditor = Auditor(audit, clock or SystemClock(), new_id=new_id)
+        self._clock = clock or SystemClock()
+        self._auditor = Auditor(audit, self._clock, new_id=new_id)
         self._lock = threading.Lock()
         self._tools: MappingProxyType[str, Tool] = MappingProxyType({})
         # The tools no tenant is barred from (`_open_to_all`), so that `lookup` of one
@@ -96,11 +101,19 @@ class Registry:
         return unsubscribe
 
     def register(self, tool: Tool, *, actor: str = "system") -> ToolSpec:
-        """Add a tool. Refuses a name that equals or folds to a registered one."""
+        """Add a tool. Refuses a name that equals or folds to a registered one.
+
+        Also refuses a tool whose declared examples its own schema rejects: they are
+        shown to people and to lint as what a good call looks like.
+        """
         if not isinstance(tool, Tool):
             msg = f"register() takes a Tool built by @tool or Tool.from_json_schema, not {tool!r}"
             raise TypeError(msg)
         name = tool.spec.name
+        wrong = example_errors(tool)
+        if wrong:
+            self._audit("register", "refused", tool.spec, actor, wrong)
+            raise RegistrationError(f"tool {name!r}: {wrong}")
         with self._lock:
             folded = _folded(name)
             clash = next((n for n in self._tools if _folded(n) == folded), None)
@@ -148,16 +161,28 @@ class Registry:
     def lookup(self, name: str, principal: Principal) -> Tool | None:
         """The tool a call by this principal may reach: registered, enabled, not forbidden.
 
-        Permissions are not checked here: a missing permission is a PERMISSION_DENIED
-        at the gate's permission stage (after the schema, before any business rule
-        reads data), not a tool that does not exist.
+        Nor deprecated from today on (the registry's clock, UTC): a model that remembers
+        a retired tool gets what a name that exists nowhere gets. Permissions are not
+        checked here: a missing permission is a PERMISSION_DENIED at the gate's
+        permission stage (after the schema, before any business rule reads data), not a
+        tool that does not exist.
         """
         found = self._tools.get(name)
         if found is None:
             return None
         if self._open.get(name) is found:
             return found
-        return None if barred(found.spec, principal.tenant_id) is not None else found
+        spec = found.spec
+        if barred(spec, principal.tenant_id) is not None:
+            return None
+        if spec.deprecation is not None and retired(spec, utc_day(self._clock)):
+            return None
+        return found
+
+    @property
+    def today(self) -> date:
+        """The UTC day by the registry's clock: the day deprecations are judged by."""
+        return utc_day(self._clock)
 
     def exposure(
         self,
@@ -168,10 +193,16 @@ class Registry:
 
         `request` carries the scenario, risk ceiling, preferred tools and the model's
         capabilities (see `exposure` for the rules and the order of the cut); without
-        one, every tool the principal may see is shown. Never includes forbidden (L4)
-        or disabled tools, or tools of other tenants: `Exposure` refuses to hold them.
+        one, every tool the principal may see is shown. Deprecations are judged by the
+        registry's clock (`today`). Never includes forbidden (L4) or disabled tools, or
+        tools of other tenants: `Exposure` refuses to hold them.
         """
-        return select_tools(self.specs(), principal, request or ExposureRequest())
+        return select_tools(
+            self.specs(),
+            principal,
+            request or ExposureRequest(),
+            today=utc_day(self._clock),
+        )
 
     def exposed(self, principal: Principal, *, scenario: str | None = None) -> tuple[ToolSpec, ...]:
         """The specs to send to the model for this principal (and scenario), by name.

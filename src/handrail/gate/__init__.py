@@ -41,7 +41,7 @@ from handrail.scheduler import CallPlan, TurnScheduler
 from handrail.shaping.budget import Budget, json_text
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
-from handrail.spec import ConfirmationPolicy
+from handrail.spec import ConfirmationPolicy, ToolSpec
 from handrail.writes.outcome import WriteOutcome
 from handrail.writes.service import Writes
 
@@ -100,6 +100,8 @@ class Gate:
         # None means the default: the required-permissions check alone.
         self._policy: Policy | None = policy
         self._limiter = limiter
+        # Built on first need by `_declared_limiter`: only tools declaring a rate use it.
+        self._declared: Limiter | None = None
         # Consulted only for calls that name their conversation; None costs nothing.
         self._guard = guard
         self._limits = limits or ArgumentLimits()
@@ -234,8 +236,11 @@ class Gate:
             elif trail:
                 trail.record("authorization", "pass")
 
-            if self._limiter is not None:
-                await admit(self._limiter, principal, tool.spec)
+            limiter = self._limiter
+            if limiter is None:
+                limiter = self._declared_limiter(tool.spec)
+            if limiter is not None:
+                await admit(limiter, principal, tool.spec)
                 if trail:
                     trail.record("quota", "pass")
 
@@ -514,6 +519,21 @@ class Gate:
                 stage="lookup",
             )
         return tool
+
+    def _declared_limiter(self, spec: ToolSpec) -> Limiter | None:
+        """Without a configured limiter, one in process for the tools that declare a rate.
+
+        A tool's `rate_limit` is a promise to its downstream system; it holds even when
+        the host set no quota. Counts live in this process (one instance); a host with
+        several instances passes a shared `limiter` (Redis), which counts it too.
+        """
+        if spec.rate_limit is None:
+            return None
+        if self._declared is None:
+            from handrail.authz.quota import QuotaPolicy, RateLimiter  # noqa: PLC0415 - rare
+
+            self._declared = RateLimiter.in_process(policy=QuotaPolicy())
+        return self._declared
 
     def _refuse_secrets(self, arguments: object) -> None:
         """Refuse arguments holding a secret value a tool was handed (by handle only)."""

@@ -22,7 +22,7 @@ def tool_definition(spec: ToolSpec) -> types.Tool:
     """One exposed spec as an MCP Tool: name, description, input schema, annotations."""
     return types.Tool(
         name=spec.name,
-        description=spec.description,
+        description=spec.model_description,
         input_schema=plain_json(spec.input_schema),
         annotations=tool_annotations(spec),
     )
