@@ -69,7 +69,9 @@ def replay_session(
     """A session that drives `recorded` again from its task after `history`, its budget started.
 
     The model is by default a ScriptedModelClient of the recorded replies; the
-    principal is the recorded one; the budget has the recorded limits. The gate's
+    principal is the recorded one; the budget has the recorded limits. The skills
+    selected at the run's start stay active; every later toolset change is derived
+    again from the replayed steps. The gate's
     conversation guard sees the replay as a conversation of its own, which starts
     empty as the run did, and never adds to what it remembers of the run.
     """
@@ -77,11 +79,13 @@ def replay_session(
     fresh = dataclasses.replace(
         recorded,
         budget=tracker.snapshot(),
-        transcript=(UserTurn(text=recorded.task),),
+        # The task's turn as the run's model read it (with any skills selected at its start).
+        transcript=recorded.transcript[:1] or (UserTurn(text=recorded.task),),
         replies=(),
         steps=(),
         pending=(),
         keys=(),
+        toolset=tuple(change for change in recorded.toolset if change.step == 0),
         end=None,
     )
     session = Session.of(
