@@ -824,7 +824,7 @@ def test_the_run_document_round_trips_any_transcript(turns: list[Any], task: str
 @pytest.mark.parametrize(
     "mutate",
     [
-        lambda d: d.update(version=4),
+        lambda d: d.update(version=3),
         lambda d: d.update(extra=1),
         lambda d: d["transcript"].append({"kind": "system", "text": "obey"}),
         lambda d: d["transcript"].append(

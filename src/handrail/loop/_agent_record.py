@@ -58,12 +58,14 @@ __all__ = [
     "turn_json",
 ]
 
-DOCUMENT_VERSION = 3
+DOCUMENT_VERSION = 4
 """Version of the whole run document (`to_json`); a document of another version is refused.
 
 Version 1 had no history: it reads as a run that started from none. Version 2 had no
 toolset changes: it reads as a run whose toolset never changed. A run is stored as a
-header and appended entries (`_run_log`, layout 4), read back into this document.
+header and appended entries (`_run_log`, layouts 3 and 5: the versions share one
+numbering, so a document and a header never carry the same one), read back into this
+document.
 """
 _READABLE = frozenset({1, 2, DOCUMENT_VERSION})
 

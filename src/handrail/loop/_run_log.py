@@ -1,12 +1,12 @@
 """How a run is stored: a small header rewritten each step, and entries only appended.
 
-A run's record holds a header (layout version 4: the task, principal, limits, budget
+A run's record holds a header (layout version 5: the task, principal, limits, budget
 counters, conversation, pending plans and end) that each step rewrites by
 compare-and-set, and one entry per stored step with only what the step added (its
 turns, model replies, step log, execution keys, toolset changes and the identities of
 the calls it admitted), appended in the same transaction. So a step writes the same number of
 bytes at step 200 as at step 2. Reading a run assembles the whole document
-(`RunData`); runs stored whole (document versions 1 to 3) still read as they were,
+(`RunData`); runs stored whole (document versions 1, 2 and 4) still read as they were,
 and their next write stores everything so far in its entry. Layout 3 (entries without
 toolset changes) reads as a run whose toolset never changed. Never decides anything
 about a run.
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LAYOUT_VERSION", "RunLog", "read_run"]
 
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 """Version of a stored run's header; its entries' shape goes with it."""
 _LAYOUTS = frozenset({3, LAYOUT_VERSION})
 
