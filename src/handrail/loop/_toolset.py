@@ -2,8 +2,8 @@
 
 Each step's exposure is the loop's ExposureRequest with the run's `discovered` tools
 and, while a skill is active, `narrowed_to` the active skills' allowed tools plus the
-four catalogue tools (the exposure filters still apply, so a skill only ever narrows
-what policy allows). After each step the state follows the SUCCEEDED envelopes of
+four catalogue tools; a skill's tools count as discovered too (loaded with it). The
+exposure's filters still apply, so neither ever shows a tool policy does not allow. After each step the state follows the SUCCEEDED envelopes of
 `search_tools` and `load_skill`, which are only candidates: a found name counts once
 `Registry.exposure` for the principal under the run's request would show it as
 discovered, and a loaded skill counts only if the host's skill library holds it (its
@@ -166,15 +166,16 @@ class RunToolset:
     def request(self, changes: Sequence[ToolsetChange]) -> ExposureRequest:
         """The run's request after `changes`: discoveries added, active skills narrowing."""
         request = self._base
-        found = discovered(changes)
-        if found:
-            request = dataclasses.replace(request, discovered=request.discovered | set(found))
+        found = request.discovered | set(discovered(changes))
         narrowed = self._narrowed(active_skills(changes))
         if narrowed is not None:
+            # A skill's listed tools are loaded with it: shown if every filter allows them.
+            found |= narrowed
             host = request.narrowed_to
-            kept = narrowed if host is None else narrowed & host
-            request = dataclasses.replace(request, narrowed_to=kept)
-        return request
+            request = dataclasses.replace(
+                request, narrowed_to=narrowed if host is None else narrowed & host
+            )
+        return dataclasses.replace(request, discovered=found)
 
     def exposure(self, principal: Principal, changes: Sequence[ToolsetChange]) -> Exposure:
         """What the next step's model is shown."""
