@@ -3,14 +3,15 @@
 Each step's exposure is the loop's ExposureRequest with the run's `discovered` tools
 and, while a skill is active, `narrowed_to` the active skills' allowed tools plus the
 four catalogue tools; a skill's tools count as discovered too (loaded with it). The
-exposure's filters still apply, so neither ever shows a tool policy does not allow. After each step the state follows the SUCCEEDED envelopes of
-`search_tools` and `load_skill`, which are only candidates: a found name counts once
-`Registry.exposure` for the principal under the run's request would show it as
-discovered, and a loaded skill counts only if the host's skill library holds it (its
-allowed tools are the library's, never the envelope's). At a run's start a host-side
-selector may make at most k skills active and show them to the model as a data block
-in its first turn. The changes are kept in the run's document (`ToolsetChange`), so
-the toolset survives suspend and resume and a replay derives it again.
+exposure's filters still apply, so neither ever shows a tool policy does not allow.
+After each step the state follows the SUCCEEDED envelopes of `search_tools` and
+`load_skill`, which are only candidates: a found name counts once `Registry.exposure`
+for the principal under the run's request would show it as discovered, and a loaded
+skill counts only if the host's skill library holds it (its allowed tools are the
+library's, never the envelope's). At a run's start a host-side selector may make at
+most k skills active and show them to the model as a data block in its first turn.
+The changes are kept in the run's document (`ToolsetChange`), so the toolset survives
+suspend and resume and a replay derives it again.
 """
 
 from __future__ import annotations
