@@ -1,0 +1,139 @@
+"""GatedServer's per-session toolset, driven by the official SDK client in-process.
+
+Two handshake-era sessions of one server: what one session's `search_tools` found is
+listed and callable there alone, and `notifications/tools/list_changed` reaches that
+session only; another tenant (or another caller on the same session) never sees it;
+a loaded skill narrows its session's list. A 2026-era request has no session. Every
+wait is bounded by WAIT, which only a real bug trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from _toolset_tools import Catalogue, library, register_catalogue
+from handrail import Handrail, Principal, Registry
+from handrail.app import MEMORY
+from handrail.mcp import GatedServer
+from mcp import Client
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0
+ALICE = Principal(user_id="alice", tenant_id="t1")
+BOB = Principal(user_id="bob", tenant_id="t1")
+MALLORY = Principal(user_id="mallory", tenant_id="t2")
+CORE = {"search_tools", "load_skill", "shown_tool"}
+
+
+@pytest.fixture
+def app() -> Iterator[Handrail]:
+    registry = Registry()
+    catalogue = Catalogue(
+        found={"billing": ["billing_lookup"], "everything": ["t2_export", "audit_log", "wipe_all"]},
+        claims={"billing": ["shown_tool"], "audit": ["shown_tool"]},
+    )
+    register_catalogue(registry, catalogue)
+    with Handrail.open(MEMORY, registry=registry) as opened:
+        yield opened
+
+
+class _Heard:
+    """The list_changed notifications one client received."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.arrived = anyio.Event()
+
+    async def __call__(self, message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+            self.arrived.set()
+
+
+async def _names(client: Client) -> set[str]:
+    return {t.name for t in (await client.list_tools()).tools}
+
+
+def _code(result: types.CallToolResult) -> Any:
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content.get("error_type")
+
+
+async def test_a_search_shows_its_tool_to_its_own_session_only(app: Handrail) -> None:
+    server = GatedServer(app, principal=lambda: ALICE)
+    one, two = _Heard(), _Heard()
+    async with (
+        Client(server.lowlevel, mode="legacy", message_handler=one) as first,
+        Client(server.lowlevel, mode="legacy", message_handler=two) as second,
+    ):
+        assert await _names(first) == await _names(second) == CORE
+        # Called directly before any search: not a tool this session knows.
+        assert _code(await first.call_tool("billing_lookup", {"account": "a-1"})) == "UNKNOWN_TOOL"
+        found = await first.call_tool("search_tools", {"query": "billing"})
+        assert _code(found) is None
+        with anyio.fail_after(WAIT):
+            await one.arrived.wait()
+        assert await _names(first) == CORE | {"billing_lookup"}
+        assert _code(await first.call_tool("billing_lookup", {"account": "a-1"})) is None
+        # The other session: nothing listed, nothing callable, nothing heard.
+        assert await _names(second) == CORE
+        assert _code(await second.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+        # A search that finds nothing new changes nothing and tells nobody.
+        await first.call_tool("search_tools", {"query": "billing"})
+        await first.call_tool("search_tools", {"query": "everything"})
+        assert await _names(first) == CORE | {"billing_lookup"}
+    assert (one.count, two.count) == (1, 0)
+    server.close()
+
+
+async def test_another_caller_on_the_same_session_sees_none_of_it(app: Handrail) -> None:
+    caller = [ALICE]
+    server = GatedServer(app, principal=lambda: caller[0])
+    async with Client(server.lowlevel, mode="legacy") as client:
+        await client.call_tool("search_tools", {"query": "billing"})
+        assert "billing_lookup" in await _names(client)
+        for other in (BOB, MALLORY):
+            caller[0] = other
+            assert await _names(client) == CORE
+            result = await client.call_tool("billing_lookup", {"account": "a-1"})
+            assert _code(result) == "UNKNOWN_TOOL"
+        caller[0] = ALICE
+        assert "billing_lookup" in await _names(client)
+    server.close()
+
+
+async def test_a_loaded_skill_narrows_its_sessions_list(app: Handrail) -> None:
+    heard = _Heard()
+    server = GatedServer(app, principal=lambda: ALICE, skills=library())
+    async with (
+        Client(server.lowlevel, mode="legacy", message_handler=heard) as client,
+        Client(server.lowlevel, mode="legacy") as other,
+    ):
+        result = await client.call_tool("load_skill", {"name": "billing"})
+        assert _code(result) is None
+        with anyio.fail_after(WAIT):
+            await heard.arrived.wait()
+        # The library's tools, not the envelope's claim (shown_tool).
+        assert await _names(client) == {"billing_lookup", "search_tools", "load_skill"}
+        assert _code(await client.call_tool("shown_tool", {})) == "UNKNOWN_TOOL"
+        assert await _names(other) == CORE
+        # A skill whose tools the principal may not use leaves only the catalogue tools.
+        await client.call_tool("load_skill", {"name": "audit"})
+        assert await _names(client) == {"billing_lookup", "search_tools", "load_skill"}
+    server.close()
+
+
+async def test_a_2026_request_has_no_session_and_keeps_no_discovery(app: Handrail) -> None:
+    server = GatedServer(app, principal=lambda: ALICE)
+    async with Client(server.lowlevel, mode="auto") as client:
+        result = await client.call_tool("search_tools", {"query": "billing"})
+        assert _code(result) is None
+        assert await _names(client) == CORE
+        assert _code(await client.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+    server.close()
