@@ -17,7 +17,7 @@ import mcp_types as types
 import pytest
 
 from _toolset_tools import Catalogue, library, register_catalogue
-from handrail import Handrail, Principal, Registry
+from handrail import Handrail, MemoryAuditSink, Principal, Registry
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
 from mcp import Client
@@ -32,14 +32,19 @@ CORE = {"search_tools", "load_skill", "shown_tool"}
 
 
 @pytest.fixture
-def app() -> Iterator[Handrail]:
+def sink() -> MemoryAuditSink:
+    return MemoryAuditSink()
+
+
+@pytest.fixture
+def app(sink: MemoryAuditSink) -> Iterator[Handrail]:
     registry = Registry()
     catalogue = Catalogue(
         found={"billing": ["billing_lookup"], "everything": ["t2_export", "audit_log", "wipe_all"]},
         claims={"billing": ["shown_tool"], "audit": ["shown_tool"]},
     )
     register_catalogue(registry, catalogue)
-    with Handrail.open(MEMORY, registry=registry) as opened:
+    with Handrail.open(MEMORY, registry=registry, audit=sink) as opened:
         yield opened
 
 
@@ -65,7 +70,9 @@ def _code(result: types.CallToolResult) -> Any:
     return result.structured_content.get("error_type")
 
 
-async def test_a_search_shows_its_tool_to_its_own_session_only(app: Handrail) -> None:
+async def test_a_search_shows_its_tool_to_its_own_session_only(
+    app: Handrail, sink: MemoryAuditSink
+) -> None:
     server = GatedServer(app, principal=lambda: ALICE)
     one, two = _Heard(), _Heard()
     async with (
@@ -89,6 +96,14 @@ async def test_a_search_shows_its_tool_to_its_own_session_only(app: Handrail) ->
         await first.call_tool("search_tools", {"query": "everything"})
         assert await _names(first) == CORE | {"billing_lookup"}
     assert (one.count, two.count) == (1, 0)
+    (event,) = [e for e in sink.events if e.kind == "toolset"]
+    assert (event.stage, event.tool, event.user_id, event.tenant_id) == (
+        "discovered",
+        "search_tools",
+        "alice",
+        "t1",
+    )
+    assert event.detail == '{"names": ["billing_lookup"], "over": "mcp"}'
     server.close()
 
 
@@ -108,7 +123,9 @@ async def test_another_caller_on_the_same_session_sees_none_of_it(app: Handrail)
     server.close()
 
 
-async def test_a_loaded_skill_narrows_its_sessions_list(app: Handrail) -> None:
+async def test_a_loaded_skill_narrows_its_sessions_list(
+    app: Handrail, sink: MemoryAuditSink
+) -> None:
     heard = _Heard()
     server = GatedServer(app, principal=lambda: ALICE, skills=library())
     async with (
@@ -126,6 +143,11 @@ async def test_a_loaded_skill_narrows_its_sessions_list(app: Handrail) -> None:
         # A skill whose tools the principal may not use leaves only the catalogue tools.
         await client.call_tool("load_skill", {"name": "audit"})
         assert await _names(client) == {"billing_lookup", "search_tools", "load_skill"}
+    skills = [e.detail for e in sink.events if e.kind == "toolset" and e.stage == "skill"]
+    assert skills == [
+        '{"names": ["billing"], "over": "mcp"}',
+        '{"names": ["audit"], "over": "mcp"}',
+    ]
     server.close()
 
 

@@ -8,7 +8,8 @@ under the same rules as the agent loop (`handrail.loop._toolset`): a name from a
 `search_tools` result counts only once `Registry.exposure` would show it to the
 principal as discovered, a skill only if the host's library holds it. A 2026-era
 request belongs to no session: it sees the core set, and its searches are not kept.
-The state ends with its connection.
+The state ends with its connection. Each change is audited (kind "toolset": the tools
+discovered, or the skill made active, with the call that did it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from handrail.declare.exposure import ExposureRequest
+from handrail.events import AuditSubject
 from handrail.loop._toolset import RunToolset, ToolsetOptions
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from handrail.loop._agent_record import ToolsetChange
     from handrail.loop._toolset import SkillSource
     from handrail.principal import Principal
+    from handrail.record.audit import Auditor
     from handrail.shaping.marking import DataMarker
 
 __all__ = ["SessionToolsets"]
@@ -39,12 +42,19 @@ class SessionToolsets:
 
     `skills` is the host's skill library: a `load_skill` result narrows a session's
     tools only when it names a skill the library holds (with the library's tools).
+    `auditor` records every change.
     """
 
     def __init__(
-        self, registry: Registry, marker: DataMarker, *, skills: SkillSource | None = None
+        self,
+        registry: Registry,
+        marker: DataMarker,
+        auditor: Auditor,
+        *,
+        skills: SkillSource | None = None,
     ) -> None:
         self._rules = RunToolset(registry, ExposureRequest(), ToolsetOptions(skills=skills), marker)
+        self._auditor = auditor
         self._sessions: weakref.WeakKeyDictionary[object, _Changes] = weakref.WeakKeyDictionary()
 
     def changes(self, session: object | None, principal: Principal) -> list[ToolsetChange]:
@@ -71,6 +81,20 @@ class SessionToolsets:
         if not made:
             return False
         self._sessions.setdefault(session, {})[_who(principal)] = [*known, *made]
+        subject = AuditSubject(
+            tool_call_id=call.id,
+            tool=call.name,
+            user_id=principal.user_id,
+            tenant_id=principal.tenant_id,
+        )
+        for change in made:
+            self._auditor.note(
+                kind="toolset",
+                stage=change.kind,
+                decision="added",
+                subject=subject,
+                facts={"names": list(change.names), "over": "mcp"},
+            )
         return True
 
 

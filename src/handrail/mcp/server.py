@@ -63,6 +63,7 @@ from handrail.mcp._results import call_result
 from handrail.mcp._toolset import SessionToolsets
 from handrail.plans import PlanState
 from handrail.principal import Principal
+from handrail.record.audit import Auditor
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
 from handrail.writes.service import proposal_envelope
 
@@ -161,7 +162,9 @@ class GatedServer:
         self._command_id = command_id
         self._new_id = new_id or _call_ids()
         self._marker = marker or DataMarker()
-        self._toolsets = SessionToolsets(app.registry, self._marker, skills=skills)
+        self._toolsets = SessionToolsets(
+            app.registry, self._marker, Auditor(app.audit, app.clock), skills=skills
+        )
         self._elicitation_timeout = elicitation_timeout
         self._timeout = timeout
         self._running = RunningCalls(max_running_calls)
