@@ -189,6 +189,7 @@ async def test_a_selected_skills_text_asking_for_more_tools_shows_none(made: Wor
     assert _codes(made, outcome.run_id)[0] == ["error/UNKNOWN_TOOL", "error/UNKNOWN_TOOL"]
     # The skill's words reach the model only inside an untrusted data block.
     text = model.requests[0].transcript[0].text  # type: ignore[union-attr]
+    assert isinstance(text, str)
     block = read_block(text.split("\n\n", 1)[1])
     assert block is not None
     assert block.trust == "untrusted"

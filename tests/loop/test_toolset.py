@@ -269,6 +269,7 @@ async def test_the_selector_starts_a_run_with_at_most_k_skills_as_a_data_block(
     assert selector.asked == [("Which invoices?", 1)]
     (task_turn,) = model.requests[0].transcript
     text = task_turn.text  # type: ignore[union-attr]
+    assert isinstance(text, str)
     task, block_text = text.split("\n\n", 1)
     assert task == "Which invoices?"
     block = read_block(block_text)
