@@ -345,3 +345,25 @@ async def test_a_run_stored_in_layout_3_reads_with_no_toolset_changes(made: Worl
     del document["toolset"]
     document["version"] = 2
     assert RunData.parse(json.dumps(document)).toolset == ()
+
+
+async def test_a_tool_shown_before_a_skill_narrowed_the_run_may_still_be_cited(
+    made: World,
+) -> None:
+    toolset = ToolsetOptions(skills=library())
+    first = ScriptedModelClient([reply(call("c1", "create_ticket", **TICKET_ARGS))])
+    outcome = await _loop(made, first, toolset).run("Open a ticket", ALICE, run_id="r1")
+    (plan_id,) = outcome.plan_ids
+    token = await made.writes.issue_token(plan_id, ALICE)
+    after = ScriptedModelClient(
+        [
+            reply(_load("c2", "billing")),
+            answer("succeeded", "Opened.", tool="create_ticket", plan_id=plan_id),
+        ]
+    )
+    done = await _loop(made, after, toolset).resume("r1", ALICE, plan_id=plan_id, token=token.value)
+    # The last step no longer shows create_ticket; the step that ran it did.
+    assert "create_ticket" not in names_of(after.requests[1].tools)
+    assert done.answer is not None
+    assert done.answer.issues == ()
+    assert len(done.answer.proven) == 1

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from handrail.declare.registry import Registry
     from handrail.principal import Principal
     from handrail.shaping.marking import DataMarker
+    from handrail.spec import ToolSpec
 
 __all__ = [
     "LOAD_SKILL",
@@ -181,6 +182,18 @@ class RunToolset:
     def exposure(self, principal: Principal, changes: Sequence[ToolsetChange]) -> Exposure:
         """What the next step's model is shown."""
         return self._registry.exposure(principal, self.request(changes))
+
+    def citable(
+        self, principal: Principal, changes: Sequence[ToolsetChange]
+    ) -> tuple[ToolSpec, ...]:
+        """The tools the run's steps may have shown: every discovery, no skill's narrowing.
+
+        A skill loaded late narrows the last step, not the steps before it, so a final
+        answer may still cite a tool an earlier step showed.
+        """
+        request = self.request(changes)
+        widest = dataclasses.replace(request, narrowed_to=self._base.narrowed_to)
+        return self._registry.exposure(principal, widest).included
 
     def _narrowed(self, names: Sequence[str]) -> frozenset[str] | None:
         skills = self._options.skills

@@ -354,8 +354,8 @@ class AgentLoop:
             s.transcript.append(AssistantTurn(text=text))
         answer = parse_final_answer(text)
         if answer is not None:
-            # The model may cite a tool by any name this run showed it under.
-            shown = () if s.exposure is None else s.exposure.included
+            # The model may cite a tool by any name this run showed it under (at any step).
+            shown = self._toolset.citable(s.principal, s.toolset)
             checked = await self._checker.check(
                 answer, s.principal, run_calls=tuple(s.keys), tool_names=tool_names_of(shown)
             )
