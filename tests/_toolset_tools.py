@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import mcp_types as types
 from pydantic import Field
 
 from handrail import Registry, RiskLevel, Tool, tool
@@ -159,6 +160,12 @@ def register_catalogue(registry: Registry, catalogue: Catalogue) -> None:
     """Add the catalogue tools and the deferred tools to `registry`."""
     for made in (*catalogue_tools(catalogue), *deferred_tools()):
         registry.register(made)
+
+
+def error_code(result: types.CallToolResult) -> Any:
+    """The error type of an MCP tool result's envelope (None when it succeeded)."""
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content.get("error_type")
 
 
 def names_of(tools: object) -> set[str]:

@@ -8,12 +8,11 @@ call stays UNKNOWN_TOOL; a session's discovery dies with a deregistered tool.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import mcp_types as types
 import pytest
 
-from _toolset_tools import Catalogue, register_catalogue
+from _toolset_tools import Catalogue, error_code, register_catalogue
 from handrail import Handrail, Principal, Registry
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
@@ -33,11 +32,6 @@ def app() -> Iterator[Handrail]:
         yield opened
 
 
-def _code(result: types.CallToolResult) -> Any:
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content.get("error_type")
-
-
 async def test_a_hostile_search_result_lists_nothing_and_tells_nobody(app: Handrail) -> None:
     heard: list[object] = []
 
@@ -48,10 +42,10 @@ async def test_a_hostile_search_result_lists_nothing_and_tells_nobody(app: Handr
     server = GatedServer(app, principal=lambda: ALICE)
     async with Client(server.lowlevel, mode="legacy", message_handler=on_message) as client:
         before = {t.name for t in (await client.list_tools()).tools}
-        assert _code(await client.call_tool("search_tools", {"query": "x"})) is None
+        assert error_code(await client.call_tool("search_tools", {"query": "x"})) is None
         assert {t.name for t in (await client.list_tools()).tools} == before
         for name in ("wipe_all", "t2_export", "audit_log", "no_such_tool"):
-            assert _code(await client.call_tool(name, {})) == "UNKNOWN_TOOL"
+            assert error_code(await client.call_tool(name, {})) == "UNKNOWN_TOOL"
     assert heard == []
     server.close()
 
@@ -64,5 +58,5 @@ async def test_a_discovered_tool_that_is_deregistered_is_gone(app: Handrail) -> 
         app.registry.deregister("billing_lookup")
         assert "billing_lookup" not in {t.name for t in (await client.list_tools()).tools}
         result = await client.call_tool("billing_lookup", {"account": "a"})
-        assert _code(result) == "UNKNOWN_TOOL"
+        assert error_code(result) == "UNKNOWN_TOOL"
     server.close()

@@ -9,6 +9,7 @@ selector starts a run with its skills. Stand-ins answer as `search_tools` and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,9 @@ from handrail.loop._agent_record import ToolsetChange
 from handrail.loop._run_log import read_run
 from handrail.loop._toolset import META_TOOLS, ToolsetOptions, active_skills, discovered
 from handrail.loop.agent import AgentLoop, RunData, RunStatus
-from handrail.loop.budgets import RunBudget
 from handrail.loop.models import ModelClient, ScriptedModelClient
-from handrail.runs import RunRecord
 from handrail.shaping.marking import read_block
 from handrail.store import MemoryStore
-from handrail.testing import sequential_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -56,17 +54,7 @@ def made(tmp_path: Path, catalogue: Catalogue) -> World:
 
 
 def _loop(made: World, model: ModelClient, toolset: ToolsetOptions | None = None) -> AgentLoop:
-    return AgentLoop(
-        gate=made.gate,
-        model=model,
-        store=made.store,
-        budget=RunBudget(max_steps=10, deadline_seconds=60.0),
-        clock=made.clock,
-        checker=made.checker,
-        writes=made.writes,
-        new_run_id=sequential_ids("run"),
-        toolset=toolset,
-    )
+    return made.loop(model, toolset=toolset)
 
 
 def _load(call_id: str, skill: str) -> ToolCall:
@@ -325,17 +313,7 @@ async def test_a_run_stored_in_layout_3_reads_with_no_toolset_changes(made: Worl
         entry = json.loads(text)
         del entry["toolset"]
         entries.append(json.dumps(entry))
-    old = RunRecord(
-        run_id="old",
-        tenant_id=record.tenant_id,
-        user_id=record.user_id,
-        state=record.state,
-        version=1,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        data=json.dumps(header),
-        entries=tuple(entries),
-    )
+    old = dataclasses.replace(record, run_id="old", data=json.dumps(header), entries=tuple(entries))
     data = read_run(old)
     assert data.toolset == ()
     assert data.steps == read_run(record).steps

@@ -19,7 +19,7 @@ from _agent_worker import ALICE, World, world
 from _scripted_server import Answer, ScriptedServer, scripted_server
 
 from _toolset_tools import Catalogue, register_catalogue
-from handrail.loop.agent import AgentLoop, RunStatus
+from handrail.loop.agent import RunStatus
 from handrail.loop.budgets import RunBudget
 from handrail.loop.models import (
     AnthropicClient,
@@ -145,14 +145,7 @@ async def test_the_request_after_a_search_declares_the_found_tool(
 ) -> None:
     client, path, body = _client(kind, server)
     server.script(path, *(Answer(body=body(step)) for step in (SEARCH, LOOKUP, None)))
-    loop = AgentLoop(
-        gate=made.gate,
-        model=client,
-        store=made.store,
-        budget=RunBudget(max_steps=5, deadline_seconds=60.0),
-        clock=made.clock,
-        checker=made.checker,
-    )
+    loop = made.loop(client, RunBudget(max_steps=5, deadline_seconds=60.0))
     try:
         outcome = await loop.run("Which invoices are open?", ALICE, run_id="r1")
     finally:

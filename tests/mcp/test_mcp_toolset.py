@@ -10,13 +10,12 @@ wait is bounded by WAIT, which only a real bug trips.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
 
-from _toolset_tools import Catalogue, library, register_catalogue
+from _toolset_tools import Catalogue, error_code, library, register_catalogue
 from handrail import Handrail, MemoryAuditSink, Principal, Registry
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
@@ -65,11 +64,6 @@ async def _names(client: Client) -> set[str]:
     return {t.name for t in (await client.list_tools()).tools}
 
 
-def _code(result: types.CallToolResult) -> Any:
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content.get("error_type")
-
-
 async def test_a_search_shows_its_tool_to_its_own_session_only(
     app: Handrail, sink: MemoryAuditSink
 ) -> None:
@@ -81,16 +75,21 @@ async def test_a_search_shows_its_tool_to_its_own_session_only(
     ):
         assert await _names(first) == await _names(second) == CORE
         # Called directly before any search: not a tool this session knows.
-        assert _code(await first.call_tool("billing_lookup", {"account": "a-1"})) == "UNKNOWN_TOOL"
+        assert (
+            error_code(await first.call_tool("billing_lookup", {"account": "a-1"}))
+            == "UNKNOWN_TOOL"
+        )
         found = await first.call_tool("search_tools", {"query": "billing"})
-        assert _code(found) is None
+        assert error_code(found) is None
         with anyio.fail_after(WAIT):
             await one.arrived.wait()
         assert await _names(first) == CORE | {"billing_lookup"}
-        assert _code(await first.call_tool("billing_lookup", {"account": "a-1"})) is None
+        assert error_code(await first.call_tool("billing_lookup", {"account": "a-1"})) is None
         # The other session: nothing listed, nothing callable, nothing heard.
         assert await _names(second) == CORE
-        assert _code(await second.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+        assert (
+            error_code(await second.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+        )
         # A search that finds nothing new changes nothing and tells nobody.
         await first.call_tool("search_tools", {"query": "billing"})
         await first.call_tool("search_tools", {"query": "everything"})
@@ -117,7 +116,7 @@ async def test_another_caller_on_the_same_session_sees_none_of_it(app: Handrail)
             caller[0] = other
             assert await _names(client) == CORE
             result = await client.call_tool("billing_lookup", {"account": "a-1"})
-            assert _code(result) == "UNKNOWN_TOOL"
+            assert error_code(result) == "UNKNOWN_TOOL"
         caller[0] = ALICE
         assert "billing_lookup" in await _names(client)
     server.close()
@@ -133,12 +132,12 @@ async def test_a_loaded_skill_narrows_its_sessions_list(
         Client(server.lowlevel, mode="legacy") as other,
     ):
         result = await client.call_tool("load_skill", {"name": "billing"})
-        assert _code(result) is None
+        assert error_code(result) is None
         with anyio.fail_after(WAIT):
             await heard.arrived.wait()
         # The library's tools, not the envelope's claim (shown_tool).
         assert await _names(client) == {"billing_lookup", "search_tools", "load_skill"}
-        assert _code(await client.call_tool("shown_tool", {})) == "UNKNOWN_TOOL"
+        assert error_code(await client.call_tool("shown_tool", {})) == "UNKNOWN_TOOL"
         assert await _names(other) == CORE
         # A skill whose tools the principal may not use leaves only the catalogue tools.
         await client.call_tool("load_skill", {"name": "audit"})
@@ -155,7 +154,9 @@ async def test_a_2026_request_has_no_session_and_keeps_no_discovery(app: Handrai
     server = GatedServer(app, principal=lambda: ALICE)
     async with Client(server.lowlevel, mode="auto") as client:
         result = await client.call_tool("search_tools", {"query": "billing"})
-        assert _code(result) is None
+        assert error_code(result) is None
         assert await _names(client) == CORE
-        assert _code(await client.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+        assert (
+            error_code(await client.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
+        )
     server.close()
