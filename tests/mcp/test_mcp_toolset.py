@@ -3,22 +3,32 @@
 Two handshake-era sessions of one server: what one session's `search_tools` found is
 listed and callable there alone, and `notifications/tools/list_changed` reaches that
 session only; another tenant (or another caller on the same session) never sees it;
-a loaded skill narrows its session's list. A 2026-era request has no session. Every
-wait is bounded by WAIT, which only a real bug trips.
+a loaded skill narrows its session's list; over Streamable HTTP each session (its
+Mcp-Session-Id) keeps its own. A 2026-era request has no session. Every wait is
+bounded by WAIT, which only a real bug trips.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
+from mcp.client.streamable_http import streamable_http_client
+from starlette.types import ASGIApp
 
+from _mcp_http import running
 from _toolset_tools import Catalogue, error_code, library, register_catalogue
 from handrail import Handrail, MemoryAuditSink, Principal, Registry
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
+from handrail.mcp.auth import ApiKeyAuthenticator, principal_from_request
+from handrail.mcp.http import http_app
+from handrail.mcp.keys import ApiKeys
+from handrail.store import MemoryStore
 from mcp import Client
 
 pytestmark = pytest.mark.anyio
@@ -160,3 +170,36 @@ async def test_a_2026_request_has_no_session_and_keeps_no_discovery(app: Handrai
             error_code(await client.call_tool("billing_lookup", {"account": "a"})) == "UNKNOWN_TOOL"
         )
     server.close()
+
+
+@asynccontextmanager
+async def _http_session(url: str, key: str) -> AsyncIterator[Client]:
+    """One handshake-era session over Streamable HTTP (its own Mcp-Session-Id)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(WAIT)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", read_timeout_seconds=WAIT) as connected:
+            yield connected
+
+
+async def test_two_http_sessions_of_one_principal_keep_their_own_discoveries(
+    app: Handrail,
+) -> None:
+    keys = ApiKeys(MemoryStore(), audit=None)
+    key = keys.create(ALICE).key
+
+    def make(resource_url: str) -> ASGIApp:
+        server = GatedServer(app, principal=principal_from_request)
+        return http_app(server, ApiKeyAuthenticator(keys), resource_url=resource_url)
+
+    with running(make) as served, anyio.fail_after(WAIT):
+        async with (
+            _http_session(served.resource_url, key) as first,
+            _http_session(served.resource_url, key) as second,
+        ):
+            await first.call_tool("search_tools", {"query": "billing"})
+            assert await _names(first) == CORE | {"billing_lookup"}
+            assert error_code(await first.call_tool("billing_lookup", {"account": "a"})) is None
+            assert await _names(second) == CORE
+            result = await second.call_tool("billing_lookup", {"account": "a"})
+            assert error_code(result) == "UNKNOWN_TOOL"
