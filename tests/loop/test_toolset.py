@@ -345,3 +345,17 @@ async def test_a_tool_shown_before_a_skill_narrowed_the_run_may_still_be_cited(
     assert done.answer is not None
     assert done.answer.issues == ()
     assert len(done.answer.proven) == 1
+
+
+async def test_a_replay_whose_search_finds_nothing_reports_the_lost_discovery(
+    made: World, catalogue: Catalogue
+) -> None:
+    model = ScriptedModelClient(
+        [reply(call("c1", "search_tools", query="billing")), answer("need_information", "Hm.")]
+    )
+    await _loop(made, model).run("Invoices?", ALICE, run_id="r1")
+    catalogue.found["billing"] = []
+    report = await _loop(made, ScriptedModelClient([])).replay("r1")
+    assert report.differences == (
+        "toolset change 1: recorded discovered ['billing_lookup'] after step 1, replayed none",
+    )
