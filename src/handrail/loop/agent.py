@@ -9,10 +9,10 @@ UNKNOWN_TOOL; searches and skills change it step by step, `_toolset`) and, as it
 conversation, the stored conversation's id or else the run id (the gate's guard sees
 the whole chat, or the whole run, across resumes). A write that becomes a plan
 suspends the run in the store; `resume` confirms and executes that plan (possibly in
-another process) and goes on. A reply
-without calls is the final answer, checked against execution records before it is
-accepted. Every step is stored (compare-and-set), with the model's replies, so
-`replay` re-runs a run from the store. The model never decides when a budget ends.
+another process) and goes on. A reply without calls is the final answer, checked
+against execution records before it is accepted. Every step is stored
+(compare-and-set), with the model's replies, so `replay` re-runs a run from the store.
+The model never decides when a budget ends.
 """
 
 from __future__ import annotations

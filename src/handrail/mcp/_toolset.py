@@ -9,7 +9,8 @@ under the same rules as the agent loop (`handrail.loop._toolset`): a name from a
 principal as discovered, a skill only if the host's library holds it. A 2026-era
 request belongs to no session: it sees the core set, and its searches are not kept.
 The state ends with its connection. Each change is audited (kind "toolset": the tools
-discovered, or the skill made active, with the call that did it).
+discovered, or the skill made active, with the call that did it). The loop's rules
+load with the first search or skill a session runs, not with the server.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from handrail.declare.exposure import ExposureRequest
 from handrail.events import AuditSubject
-from handrail.loop._toolset import RunToolset, ToolsetOptions
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from handrail.declare.registry import Registry
     from handrail.envelope import Envelope
     from handrail.loop._agent_record import ToolsetChange
-    from handrail.loop._toolset import SkillSource
+    from handrail.loop._toolset import RunToolset, SkillSource
     from handrail.principal import Principal
     from handrail.record.audit import Auditor
     from handrail.shaping.marking import DataMarker
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["SessionToolsets"]
 
 _Changes = dict[tuple[str, str], list["ToolsetChange"]]
+_FOLLOWED = frozenset({"search_tools", "load_skill"})
+"""The catalogue tools whose results can change a session's toolset."""
 
 
 class SessionToolsets:
@@ -53,8 +55,11 @@ class SessionToolsets:
         *,
         skills: SkillSource | None = None,
     ) -> None:
-        self._rules = RunToolset(registry, ExposureRequest(), ToolsetOptions(skills=skills), marker)
+        self._registry = registry
+        self._marker = marker
+        self._skills = skills
         self._auditor = auditor
+        self._loaded: RunToolset | None = None
         self._sessions: weakref.WeakKeyDictionary[object, _Changes] = weakref.WeakKeyDictionary()
 
     def changes(self, session: object | None, principal: Principal) -> list[ToolsetChange]:
@@ -66,16 +71,16 @@ class SessionToolsets:
     def exposure(self, session: object | None, principal: Principal) -> Exposure | None:
         """What the session's principal is shown; None while nothing changed (the core set)."""
         changes = self.changes(session, principal)
-        return self._rules.exposure(principal, changes) if changes else None
+        return self._rules().exposure(principal, changes) if changes else None
 
     def follow(
         self, session: object | None, principal: Principal, call: ToolCall, envelope: Envelope
     ) -> bool:
         """Take in one call's envelope; True when the session's toolset changed."""
-        if session is None:
+        if session is None or call.name not in _FOLLOWED:
             return False
         known = self.changes(session, principal)
-        made = self._rules.after_step(
+        made = self._rules().after_step(
             principal, known, step=len(known), calls=(call,), envelopes=(envelope,)
         )
         if not made:
@@ -96,6 +101,15 @@ class SessionToolsets:
                 facts={"names": list(change.names), "over": "mcp"},
             )
         return True
+
+    def _rules(self) -> RunToolset:
+        """The loop's toolset rules, loaded when a session first needs them."""
+        if self._loaded is None:
+            from handrail.loop._toolset import RunToolset, ToolsetOptions  # noqa: PLC0415
+
+            options = ToolsetOptions(skills=self._skills)
+            self._loaded = RunToolset(self._registry, ExposureRequest(), options, self._marker)
+        return self._loaded
 
 
 def _who(principal: Principal) -> tuple[str, str]:

@@ -28,7 +28,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import mcp_types as types
@@ -49,7 +49,6 @@ from handrail.context import ProgressReporter, reporting_progress
 from handrail.declare.exposure import Exposure
 from handrail.envelope import Envelope
 from handrail.errors import ErrorCode, HandrailError
-from handrail.loop._toolset import SkillSource
 from handrail.mcp._definitions import tool_definitions
 from handrail.mcp._guards import (
     LISTENS_PER_PRINCIPAL,
@@ -66,6 +65,9 @@ from handrail.principal import Principal
 from handrail.record.audit import Auditor
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
 from handrail.writes.service import proposal_envelope
+
+if TYPE_CHECKING:
+    from handrail.loop._toolset import SkillSource
 
 __all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
 
