@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -156,7 +156,10 @@ class World:
     writes: Writes
     checker: EvidenceChecker
 
-    def loop(self, model: ModelClient, budget: RunBudget | None = None) -> AgentLoop:
+    def loop(
+        self, model: ModelClient, budget: RunBudget | None = None, **options: Any
+    ) -> AgentLoop:
+        """An AgentLoop over this world; `options` are AgentLoop's other keywords."""
         return AgentLoop(
             gate=self.gate,
             model=model,
@@ -166,6 +169,7 @@ class World:
             checker=self.checker,
             writes=self.writes,
             new_run_id=sequential_ids("run"),
+            **options,
         )
 
 

@@ -418,7 +418,7 @@ def test_a_run_document_of_version_1_reads_as_a_run_without_history() -> None:
         transcript=(UserTurn(text="t"),),
     )
     document = json.loads(data.to_json())
-    assert (document["version"], document["history"], document["conversation"]) == (2, [], None)
-    del document["history"], document["conversation"]
+    assert (document["version"], document["history"], document["conversation"]) == (4, [], None)
+    del document["history"], document["conversation"], document["toolset"]
     document["version"] = 1
     assert RunData.parse(json.dumps(document)) == data

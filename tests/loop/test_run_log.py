@@ -1,7 +1,7 @@
 """A run is stored as a header and appended entries: each step adds one entry with only
 what it added, the header does not grow with the run, and the run reads back whole.
 
-Runs stored whole (document version 2) still read, and their next save stores
+Runs stored whole (document versions 1, 2 and 4) still read, and their next save stores
 everything so far in one entry. Every model is a ScriptedModelClient; stores are real.
 """
 
@@ -43,7 +43,7 @@ async def test_each_step_appends_one_entry_and_the_header_stays_small(made: Worl
     # The insert's entry (the task), one per step, one for the end.
     assert len(record.entries) == STEPS + 2 == record.version
     header = json.loads(record.data)
-    assert header["version"] == 3
+    assert header["version"] == 5
     assert "transcript" not in header
     assert "replies" not in header
     for entry in record.entries[1:-1]:
@@ -78,7 +78,7 @@ async def test_a_run_stored_whole_reads_and_its_next_save_appends_it_all(made: W
         updated_at=first.created_at - timedelta(days=1),
         data=whole.to_json(),
     )
-    assert json.loads(legacy.data)["version"] == 2
+    assert json.loads(legacy.data)["version"] == 4
     assert made.store.insert_run(legacy)
     stored = made.store.get_run("r2")
     assert stored is not None
@@ -90,7 +90,7 @@ async def test_a_run_stored_whole_reads_and_its_next_save_appends_it_all(made: W
     assert outcome.status is RunStatus.FAILED
     after = made.store.get_run("r2")
     assert after is not None
-    assert json.loads(after.data)["version"] == 3
+    assert json.loads(after.data)["version"] == 5
     assert len(after.entries) == 1
     moved = read_run(after)
     assert moved.transcript[: len(whole.transcript)] == whole.transcript

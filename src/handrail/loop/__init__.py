@@ -4,10 +4,11 @@
 checker over the store); `Handrail.agent(model)` is the same over an opened application.
 `AgentLoop.run` returns a `RunOutcome` whose `final` (`RunAnswer`) is the one shape of a
 final answer; `AgentLoop.stream` yields the typed events of `handrail.loop.events`; step
-hooks implement `StepHooks` (`handrail.loop.hooks`).
+hooks implement `StepHooks` (`handrail.loop.hooks`); `ToolsetOptions` lets tool search
+and skills change the toolset step by step.
 """
 
-from handrail.loop.agent import AgentLoop, RunOutcome, RunRefusedError, RunStatus
+from handrail.loop.agent import AgentLoop, RunOutcome, RunRefusedError, RunStatus, ToolsetOptions
 from handrail.loop.budgets import RunBudget
 from handrail.loop.defaults import DEFAULT_BUDGET, agent_loop
 from handrail.loop.events import (
@@ -48,5 +49,6 @@ __all__ = [
     "RunSuspended",
     "StepHooks",
     "TerminalEvent",
+    "ToolsetOptions",
     "agent_loop",
 ]

@@ -5,7 +5,8 @@ and counters, the history it started from (the turns themselves, or a reference 
 the conversation that holds them), the run's own transcript from its task on, every
 model reply (as a cassette, for replay),
 a log of each step's call outcomes, the plans awaiting a person, the execution keys
-the run made, and how the run ended. It never decides anything about a run.
+the run made, how its toolset changed (tools a search found, skills made active) and
+how the run ended. It never decides anything about a run.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "RunEnd",
     "RunStatus",
     "StepLog",
+    "ToolsetChange",
     "budget_json",
     "call_json",
     "call_of",
@@ -52,16 +54,20 @@ __all__ = [
     "load_turn",
     "outcomes",
     "step_json",
+    "toolset_json",
     "turn_json",
 ]
 
-DOCUMENT_VERSION = 2
+DOCUMENT_VERSION = 4
 """Version of the whole run document (`to_json`); a document of another version is refused.
 
-Version 1 had no history: it reads as a run that started from none. A run is stored
-as a header and appended entries (`_run_log`, version 3), read back into this document.
+Version 1 had no history: it reads as a run that started from none. Version 2 had no
+toolset changes: it reads as a run whose toolset never changed. A run is stored as a
+header and appended entries (`_run_log`, layouts 3 and 5: the versions share one
+numbering, so a document and a header never carry the same one), read back into this
+document.
 """
-_READABLE = frozenset({1, DOCUMENT_VERSION})
+_READABLE = frozenset({1, 2, DOCUMENT_VERSION})
 
 
 class RunStatus(StrEnum):
@@ -109,6 +115,22 @@ class StepLog:
     kind: Literal["model", "resume"]
     calls: tuple[CallOutcome, ...] = ()
     plan_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolsetChange:
+    """One change of a run's toolset, kept for the record and to go on from.
+
+    `kind` "discovered": `names` are deferred tools a `search_tools` call found (each
+    re-checked against the run's exposure first); "skill": `names` is the one skill
+    made active, by a `load_skill` call or the host's `selector` at the run's start.
+    `step` is how many entries the run's step log had when it was made (0: at the start).
+    """
+
+    step: int
+    kind: Literal["discovered", "skill"]
+    source: Literal["search_tools", "load_skill", "selector"]
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,6 +205,8 @@ class RunData:
     pending: tuple[PendingPlan, ...] = ()
     keys: tuple[str, ...] = ()
     """Idempotency keys of the executions this run made (evidence must be among them)."""
+    toolset: tuple[ToolsetChange, ...] = ()
+    """How the run's toolset changed, in order (`loop._toolset` reads its state from it)."""
     end: RunEnd | None = None
 
     def to_json(self) -> str:
@@ -205,6 +229,7 @@ class RunData:
                 {"plan_id": p.plan_id, "call_id": p.call_id, "tool": p.tool} for p in self.pending
             ],
             "keys": list(self.keys),
+            "toolset": [toolset_json(change) for change in self.toolset],
             "end": None if self.end is None else end_json(self.end),
         }
         return json.dumps(document, allow_nan=False, separators=(",", ":"))
@@ -241,6 +266,10 @@ class RunData:
             ),
             pending=tuple(PendingPlan(**p.model_dump()) for p in doc.pending),
             keys=tuple(doc.keys),
+            toolset=tuple(
+                ToolsetChange(step=c.step, kind=c.kind, source=c.source, names=tuple(c.names))
+                for c in doc.toolset
+            ),
             end=None
             if doc.end is None
             else RunEnd(
@@ -405,6 +434,15 @@ def step_json(step: StepLog) -> dict[str, Any]:
     }
 
 
+def toolset_json(change: ToolsetChange) -> dict[str, Any]:
+    return {
+        "step": change.step,
+        "kind": change.kind,
+        "source": change.source,
+        "names": list(change.names),
+    }
+
+
 def end_json(end: RunEnd) -> dict[str, Any]:
     return {
         "status": end.status.value,
@@ -483,6 +521,13 @@ class _Pending(_Strict):
     tool: str
 
 
+class _Change(_Strict):
+    step: int = pydantic.Field(ge=0)
+    kind: Literal["discovered", "skill"]
+    source: Literal["search_tools", "load_skill", "selector"]
+    names: list[str]
+
+
 class _End(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
@@ -522,6 +567,7 @@ class _Document(pydantic.BaseModel):
     steps: list[_Step]
     pending: list[_Pending]
     keys: list[pydantic.StrictStr]
+    toolset: list[_Change] = []
     end: _End | None
 
 

@@ -2,7 +2,8 @@
 
 `replay_session` sets a run up to be driven again (its recorded replies as the model,
 its recorded principal and budget); reads go through the gate again while writes and
-resumes are answered by their recorded outcomes; `replay_report` says what differs. It
+resumes are answered by their recorded outcomes; `replay_report` says what differs
+(step outcomes, the end, and the toolset's changes). It
 never runs a write again and stores nothing.
 """
 
@@ -18,7 +19,13 @@ from handrail.adapters.transcript import Turn, UserTurn
 from handrail.calls import ToolCall
 from handrail.envelope import Envelope, ErrorDetail, Status, Trust
 from handrail.errors import ErrorCode
-from handrail.loop._agent_record import CallOutcome, PendingPlan, RunData, StepLog
+from handrail.loop._agent_record import (
+    CallOutcome,
+    PendingPlan,
+    RunData,
+    StepLog,
+    ToolsetChange,
+)
 from handrail.loop._session import PLANNED, Session, confirmed_text
 from handrail.loop.budgets import BudgetTracker
 from handrail.loop.models import ModelClient, ScriptedModelClient
@@ -69,7 +76,9 @@ def replay_session(
     """A session that drives `recorded` again from its task after `history`, its budget started.
 
     The model is by default a ScriptedModelClient of the recorded replies; the
-    principal is the recorded one; the budget has the recorded limits. The gate's
+    principal is the recorded one; the budget has the recorded limits. The skills
+    selected at the run's start stay active; every later toolset change is derived
+    again from the replayed steps. The gate's
     conversation guard sees the replay as a conversation of its own, which starts
     empty as the run did, and never adds to what it remembers of the run.
     """
@@ -77,11 +86,13 @@ def replay_session(
     fresh = dataclasses.replace(
         recorded,
         budget=tracker.snapshot(),
-        transcript=(UserTurn(text=recorded.task),),
+        # The task's turn as the run's model read it (with any skills selected at its start).
+        transcript=recorded.transcript[:1] or (UserTurn(text=recorded.task),),
         replies=(),
         steps=(),
         pending=(),
         keys=(),
+        toolset=tuple(change for change in recorded.toolset if change.step == 0),
         end=None,
     )
     session = Session.of(
@@ -112,7 +123,10 @@ def replay_report(record: RunRecord, s: Session, status: RunStatus) -> ReplayRep
         replayed=tuple(s.steps),
         recorded_end=recorded_end,
         replayed_end=replayed_end,
-        differences=_differences(recorded.steps, s.steps, recorded_end, replayed_end),
+        differences=(
+            *_differences(recorded.steps, s.steps, recorded_end, replayed_end),
+            *_toolset_differences(recorded.toolset, s.toolset),
+        ),
     )
 
 
@@ -215,6 +229,27 @@ def _differences(
     if recorded_end != replayed_end:
         found.append(f"end: recorded {recorded_end!r}, replayed {replayed_end!r}")
     return tuple(found)
+
+
+def _toolset_differences(
+    recorded: Sequence[ToolsetChange], replayed: Sequence[ToolsetChange]
+) -> list[str]:
+    """The toolset changes (discoveries, active skills) that differ, by step."""
+    found: list[str] = []
+    for index in range(max(len(recorded), len(replayed))):
+        a = recorded[index] if index < len(recorded) else None
+        b = replayed[index] if index < len(replayed) else None
+        if a != b:
+            found.append(
+                f"toolset change {index + 1}: recorded {_change(a)}, replayed {_change(b)}"
+            )
+    return found
+
+
+def _change(change: ToolsetChange | None) -> str:
+    if change is None:
+        return "none"
+    return f"{change.kind} {list(change.names)} after step {change.step}"
 
 
 def _step_differences(number: int, recorded: StepLog, replayed: StepLog) -> list[str]:

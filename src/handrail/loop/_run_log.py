@@ -1,13 +1,14 @@
 """How a run is stored: a small header rewritten each step, and entries only appended.
 
-A run's record holds a header (layout version 3: the task, principal, limits, budget
+A run's record holds a header (layout version 5: the task, principal, limits, budget
 counters, conversation, pending plans and end) that each step rewrites by
 compare-and-set, and one entry per stored step with only what the step added (its
-turns, model replies, step log, execution keys and the identities of the calls it
-admitted), appended in the same transaction. So a step writes the same number of
+turns, model replies, step log, execution keys, toolset changes and the identities of
+the calls it admitted), appended in the same transaction. So a step writes the same number of
 bytes at step 200 as at step 2. Reading a run assembles the whole document
-(`RunData`); runs stored whole (document versions 1 and 2) still read as they were,
-and their next write stores everything so far in its entry. Never decides anything
+(`RunData`); runs stored whole (document versions 1, 2 and 4) still read as they were,
+and their next write stores everything so far in its entry. Layout 3 (entries without
+toolset changes) reads as a run whose toolset never changed. Never decides anything
 about a run.
 """
 
@@ -22,12 +23,14 @@ import pydantic
 
 from handrail.errors import ConfigurationError
 from handrail.loop._agent_record import (
+    DOCUMENT_VERSION,
     RunData,
     budget_json,
     call_json,
     call_of,
     end_json,
     step_json,
+    toolset_json,
     turn_json,
 )
 from handrail.loop.budgets import arguments_fingerprint
@@ -39,8 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LAYOUT_VERSION", "RunLog", "read_run"]
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 5
 """Version of a stored run's header; its entries' shape goes with it."""
+_LAYOUTS = frozenset({3, LAYOUT_VERSION})
 
 _IDENTICAL = "identical"
 
@@ -49,7 +53,7 @@ _IDENTICAL = "identical"
 class RunLog:
     """What of a session the store holds already, and what the next entry must add.
 
-    `turns`, `replies`, `steps` and `keys` count the stored items of each list; the
+    `turns`, `replies`, `steps`, `keys` and `toolset` count the stored items of each list; the
     budget's identical-call counts are `base` (a run stored whole before) plus one per
     identity in `admitted` of the entries. `history` is False until the run's starting
     history has been stored (in its first entry).
@@ -59,6 +63,7 @@ class RunLog:
     replies: int = 0
     steps: int = 0
     keys: int = 0
+    toolset: int = 0
     history: bool = False
     base: list[Any] = field(default_factory=list)
     admitted: list[list[Any]] = field(default_factory=list)
@@ -67,7 +72,7 @@ class RunLog:
     @classmethod
     def of(cls, data: RunData, record: RunRecord | None) -> RunLog:
         """The log of `data`, read from `record` (None: nothing of it stored yet)."""
-        if record is None or _version(record.data) != LAYOUT_VERSION:
+        if record is None or _version(record.data) not in _LAYOUTS:
             # Stored whole (or not at all): the next entry holds everything so far.
             return cls(base=list(data.budget.get(_IDENTICAL, [])))
         return cls(
@@ -75,6 +80,7 @@ class RunLog:
             replies=len(data.replies),
             steps=len(data.steps),
             keys=len(data.keys),
+            toolset=len(data.toolset),
             history=True,
             base=_Header.model_validate_json(record.data).base_identical,
         )
@@ -111,6 +117,7 @@ class RunLog:
             "replies": cassette_items(data.replies[self.replies :]),
             "steps": [step_json(step) for step in data.steps[self.steps :]],
             "keys": list(data.keys[self.keys :]),
+            "toolset": [toolset_json(change) for change in data.toolset[self.toolset :]],
             "admitted": self.admitted,
         }
         if not self.history:
@@ -123,6 +130,7 @@ class RunLog:
         self.replies = len(data.replies)
         self.steps = len(data.steps)
         self.keys = len(data.keys)
+        self.toolset = len(data.toolset)
         self.history = True
         self.admitted = []
 
@@ -151,6 +159,7 @@ class _Entry(pydantic.BaseModel):
     replies: list[Any]
     steps: list[Any]
     keys: list[Any]
+    toolset: list[Any] = []
     admitted: list[tuple[pydantic.StrictStr, dict[str, Any]]]
     history: list[Any] | None = None
 
@@ -169,7 +178,7 @@ def read_run(record: RunRecord) -> RunData:
     A header with entries is assembled into the whole document, then read (and
     checked) as one: the same rules hold for a run however it was stored.
     """
-    if _version(record.data) != LAYOUT_VERSION:
+    if _version(record.data) not in _LAYOUTS:
         return RunData.parse(record.data)
     try:
         header = _Header.model_validate_json(record.data)
@@ -192,6 +201,7 @@ def _assembled(header: _Header, entries: Sequence[_Entry]) -> str:
     replies: list[Any] = []
     steps: list[Any] = []
     keys: list[Any] = []
+    toolset: list[Any] = []
     for n, entry in enumerate(entries):
         if entry.history is not None:
             if n:
@@ -202,13 +212,14 @@ def _assembled(header: _Header, entries: Sequence[_Entry]) -> str:
         replies.extend(entry.replies)
         steps.extend(entry.steps)
         keys.extend(entry.keys)
+        toolset.extend(entry.toolset)
         for tool, call in entry.admitted:
             identity = (tool, arguments_fingerprint(call_of(call).arguments))
             identical[identity] = identical.get(identity, 0) + 1
     budget = dict(header.budget)
     budget[_IDENTICAL] = [[tool, key, count] for (tool, key), count in identical.items()]
     document = {
-        "version": 2,
+        "version": DOCUMENT_VERSION,
         "task": header.task,
         "principal": header.principal,
         "limits": header.limits,
@@ -220,6 +231,7 @@ def _assembled(header: _Header, entries: Sequence[_Entry]) -> str:
         "steps": steps,
         "pending": header.pending,
         "keys": keys,
+        "toolset": toolset,
         "end": header.end,
     }
     return json.dumps(document, allow_nan=False, separators=(",", ":"))

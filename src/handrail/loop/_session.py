@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn
 from handrail.errors import AccessRefusedError, ErrorCode, WriteRefusedError
 from handrail.execution import command_key
-from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog
+from handrail.loop._agent_record import PendingPlan, RunData, RunEnd, StepLog, ToolsetChange
 from handrail.loop._run_log import RunLog
 from handrail.loop._streaming import Observer
 from handrail.loop.budgets import BudgetTracker
@@ -77,13 +77,15 @@ class Session:
     steps: list[StepLog]
     pending: list[PendingPlan]
     keys: list[str]
+    toolset: list[ToolsetChange]
+    """How the run's toolset changed so far (`_toolset`): each step's exposure follows it."""
     conversation: str
     """What the gate's conversation guard knows the run by: its stored conversation's id,
     else its run id (a replay's own)."""
     base: int = 0
     """How many turns of `transcript` are history: the run's own turns follow them."""
     exposure: Exposure | None = None
-    """What the model of this drive is shown; set by the loop before the first step."""
+    """What the model of the current step is shown; set by the loop before each step."""
     recorded: RunData | None = None
     """While replaying: the run being replayed."""
     observer: Observer = field(default_factory=Observer)
@@ -128,6 +130,7 @@ class Session:
             steps=list(data.steps),
             pending=list(data.pending),
             keys=list(data.keys),
+            toolset=list(data.toolset),
             log=RunLog.of(data, record) if log is None else log,
         )
 
@@ -145,6 +148,7 @@ class Session:
             steps=tuple(self.steps),
             pending=tuple(self.pending),
             keys=tuple(self.keys),
+            toolset=tuple(self.toolset),
             end=end,
         )
 

@@ -4,14 +4,15 @@ Each step asks the model (with the exposed tools and the transcript so far), adm
 its calls against the budget, runs them through `Gate.handle_batch` and feeds the
 envelopes back. A run starts from a host's history or a stored conversation's turns
 (`_conversation`), and a run in a conversation appends its turns to it when it stops.
-Every gate call is told the run's exposure (a tool the model was not shown is
-UNKNOWN_TOOL) and, as its conversation, the stored conversation's id or else the run
-id (the gate's guard sees the whole chat, or the whole run, across resumes). A write
-that becomes a plan suspends the run in the store; `resume`
-confirms and executes that plan (possibly in another process) and goes on. A reply
-without calls is the final answer, checked against execution records before it is
-accepted. Every step is stored (compare-and-set), with the model's replies, so
-`replay` re-runs a run from the store. The model never decides when a budget ends.
+Every gate call is told the step's exposure (a tool the model was not shown is
+UNKNOWN_TOOL; searches and skills change it step by step, `_toolset`) and, as its
+conversation, the stored conversation's id or else the run id (the gate's guard sees
+the whole chat, or the whole run, across resumes). A write that becomes a plan
+suspends the run in the store; `resume` confirms and executes that plan (possibly in
+another process) and goes on. A reply without calls is the final answer, checked
+against execution records before it is accepted. Every step is stored
+(compare-and-set), with the model's replies, so `replay` re-runs a run from the store.
+The model never decides when a budget ends.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from secrets import token_hex
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn, UserTurn, pair_results
-from handrail.declare.exposure import Exposure, ExposureRequest
+from handrail.declare.exposure import ExposureRequest
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError, ErrorCode, WriteRefusedError
 from handrail.loop._agent_record import (
@@ -69,6 +70,7 @@ from handrail.loop._streaming import (
     streamed,
     suspending,
 )
+from handrail.loop._toolset import RunToolset, ToolsetOptions
 from handrail.loop.answers import CheckedAnswer, EvidenceChecker, TextCheck, tool_names_of
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
 from handrail.loop.final import LOOP_INSTRUCTIONS, RunAnswer, checked_json, parse_final_answer
@@ -105,6 +107,7 @@ __all__ = [
     "RunRefusedError",
     "RunStatus",
     "StepLog",
+    "ToolsetOptions",
     "read_run",
 ]
 
@@ -153,7 +156,8 @@ class AgentLoop:
     `new_run_id` draws run ids. `exposure` chooses the tools each step shows the model
     (`Registry.exposure`; by default every tool the principal may see); the gate is
     told that exposure and the run's conversation id (else its run id) as the
-    conversation, so every protection it offers holds inside a run and a chat. Model
+    conversation, so every protection it offers holds inside a run and a chat. `toolset`
+    lets searches and skills change the exposure step by step (`_toolset`). Model
     errors end a run FAILED with their code: the loop does not retry a model (a retry
     would need its own budget; left to the host).
     """
@@ -173,6 +177,7 @@ class AgentLoop:
         marker: DataMarker | None = None,
         exposure: ExposureRequest | None = None,
         hooks: StepHooks | None = None,
+        toolset: ToolsetOptions | None = None,
     ) -> None:
         self._gate = gate
         self._model = model
@@ -184,7 +189,9 @@ class AgentLoop:
         self._system = system
         self._new_run_id = new_run_id or (lambda: token_hex(16))
         self._marker = marker or DataMarker()
-        self._exposure = exposure or ExposureRequest()
+        self._toolset = RunToolset(
+            gate.registry, exposure or ExposureRequest(), toolset, self._marker
+        )
         self._conversations = Conversations(store, clock)
         self._hooks = hooks
 
@@ -218,14 +225,16 @@ class AgentLoop:
             principal, run_id=run_id, conversation_id=conversation_id, history=history
         )
         tracker = BudgetTracker(self._budget, self._clock)
+        first, changes = self._toolset.start(task)
         data = RunData(
             task=task,
             principal=principal.snapshot(),
             limits=self._budget,
             budget=tracker.snapshot(),
-            transcript=(UserTurn(text=task),),
+            transcript=(UserTurn(text=first),),
             history=opened.inline,
             conversation=opened.ref,
+            toolset=changes,
         )
         now = self._clock.now()
         log = RunLog()
@@ -260,28 +269,21 @@ class AgentLoop:
     async def _drive(self, s: Session, runner: Runner) -> RunOutcome:
         """Steps until the run finishes, suspends, fails or a budget trips."""
         async with observed(s, self._hooks, self._end_error):
-            exposure = self._gate.registry.exposure(s.principal, self._exposure)
-            s.exposure = exposure
             ledger = s.ledger()
             while True:
                 try:
-                    outcome = await self._step(s, runner, exposure, ledger)
+                    outcome = await self._step(s, runner, ledger)
                 except BudgetExhausted as exc:
                     return await self._end_budget(s, exc.trip)
                 if outcome is not None:
                     return outcome
 
-    async def _step(
-        self,
-        s: Session,
-        runner: Runner,
-        exposure: Exposure,
-        ledger: CallIdLedger,
-    ) -> RunOutcome | None:
+    async def _step(self, s: Session, runner: Runner, ledger: CallIdLedger) -> RunOutcome | None:
         """One model turn and its calls; an outcome when the run stops, else None."""
         s.tracker.before_step()
+        s.exposure = self._toolset.exposure(s.principal, s.toolset)
         request = ModelRequest(
-            transcript=s.transcript, tools=exposure.included, system=self._system
+            transcript=s.transcript, tools=s.exposure.included, system=self._system
         )
         try:
             reply = await ask(s, request)
@@ -316,6 +318,9 @@ class AgentLoop:
         s.transcript.append(AssistantTurn(text=reply.text, calls=tuple(calls)))
         s.transcript.append(pair_results(calls, envelopes, marker=self._marker))
         s.steps.append(StepLog(kind="model", calls=outcomes(envelopes)))
+        s.toolset += self._toolset.after_step(
+            s.principal, s.toolset, step=len(s.steps), calls=calls, envelopes=envelopes
+        )
         if s.recorded is None:
             s.keys.extend(command_keys(self._gate.registry, s, calls, envelopes))
         plans = pending_plans(calls, envelopes)
@@ -349,8 +354,8 @@ class AgentLoop:
             s.transcript.append(AssistantTurn(text=text))
         answer = parse_final_answer(text)
         if answer is not None:
-            # The model may cite a tool by any name this run showed it under.
-            shown = () if s.exposure is None else s.exposure.included
+            # The model may cite a tool by any name this run showed it under (at any step).
+            shown = self._toolset.citable(s.principal, s.toolset)
             checked = await self._checker.check(
                 answer, s.principal, run_calls=tuple(s.keys), tool_names=tool_names_of(shown)
             )

@@ -6,6 +6,10 @@ mapped to a CallToolResult. Who calls comes from a PrincipalSource, never from t
 request's arguments; with no principal nothing is listed and nothing runs. The SDK's
 low-level server does the protocol; this module adds no protocol code of its own.
 
+Tool search and skills: each session's `tools/list` is the core set plus the deferred
+tools its `search_tools` calls found, narrowed by the skills it loaded (`_toolset`);
+a change is told to that session alone by `notifications/tools/list_changed`.
+
 Beyond list and call: `notifications/tools/list_changed` after every registry change,
 progress notifications for tools that report progress (when the client asked),
 cancellation of a running call (the SDK cancels the handler; the gate and the write
@@ -24,7 +28,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import mcp_types as types
@@ -55,10 +59,15 @@ from handrail.mcp._guards import (
     refusal,
 )
 from handrail.mcp._results import call_result
+from handrail.mcp._toolset import SessionToolsets
 from handrail.plans import PlanState
 from handrail.principal import Principal
+from handrail.record.audit import Auditor
 from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
 from handrail.writes.service import proposal_envelope
+
+if TYPE_CHECKING:
+    from handrail.loop._toolset import SkillSource
 
 __all__ = ["GatedServer", "PrincipalSource", "fixed_principal"]
 
@@ -126,7 +135,9 @@ class GatedServer:
     `state_key` seals the request state of a 2026-era confirmation round trip (32
     random bytes per server by default, so a round trip ends with its process).
     `max_running_calls` bounds the calls one principal has running at once, over all
-    its connections; one more is refused RATE_LIMITED without running.
+    its connections; one more is refused RATE_LIMITED without running. `skills` is the
+    host's skill library: a session's `load_skill` narrows its tools to a skill the
+    library holds (`_toolset`); without it skills narrow nothing.
     """
 
     def __init__(
@@ -145,6 +156,7 @@ class GatedServer:
         timeout: float | None = None,
         state_key: bytes | None = None,
         max_running_calls: int = MAX_RUNNING_CALLS,
+        skills: SkillSource | None = None,
     ) -> None:
         self._app = app
         self._principal = principal
@@ -152,6 +164,9 @@ class GatedServer:
         self._command_id = command_id
         self._new_id = new_id or _call_ids()
         self._marker = marker or DataMarker()
+        self._toolsets = SessionToolsets(
+            app.registry, self._marker, Auditor(app.audit, app.clock), skills=skills
+        )
         self._elicitation_timeout = elicitation_timeout
         self._timeout = timeout
         self._running = RunningCalls(max_running_calls)
@@ -228,12 +243,13 @@ class GatedServer:
         params: types.PaginatedRequestParams | None,
     ) -> types.ListToolsResult:
         """The tools this principal may see, all on one page; none without a principal."""
-        del ctx, params  # one page holds every tool; the caller is the principal source's
+        del params  # one page holds every tool; the caller is the principal source's
         self._loops.add(asyncio.get_running_loop())
         principal = self._caller()
         if principal is None:
             return types.ListToolsResult(tools=[])
-        return types.ListToolsResult(tools=tool_definitions(self._exposure(principal).included))
+        exposure = self._session_exposure(ctx, principal)
+        return types.ListToolsResult(tools=tool_definitions(exposure.included))
 
     # --- tools/call ------------------------------------------------------------------------------
 
@@ -280,7 +296,7 @@ class GatedServer:
             return call_result(
                 await self._resumed(call, principal, params.request_state), self._marker
             )
-        exposure = self._exposure(principal)
+        exposure = self._session_exposure(ctx, principal)
         asked = progress_token_from_params(ctx.params) is not None
         with reporting_progress(_progress_to(ctx)) if asked else nullcontext():
             envelope = await self._app.gate.handle(
@@ -290,6 +306,9 @@ class GatedServer:
                 exposure=exposure,
                 command_id=None if self._command_id is None else self._command_id(ctx),
             )
+        if self._toolsets.follow(_session_of(ctx), principal, call, envelope):
+            # This session's list changed: told to it alone (its standalone channel).
+            await ctx.session.send_tool_list_changed()
         # Only the requester's own confirmation: approvals are other people's to give.
         if envelope.error_type is ErrorCode.NEEDS_CONFIRMATION:
             offer = await self._offer_confirmation(ctx, envelope)
@@ -304,6 +323,11 @@ class GatedServer:
         except Exception:  # noqa: BLE001 - fail closed: an unidentified caller runs nothing
             _log.exception("the principal source failed; the request is refused")
             return None
+
+    def _session_exposure(self, ctx: ServerRequestContext[Any], principal: Principal) -> Exposure:
+        """What this request's session shows its principal: the core set, or with its changes."""
+        changed = self._toolsets.exposure(_session_of(ctx), principal)
+        return self._exposure(principal) if changed is None else changed
 
     def _exposure(self, principal: Principal) -> Exposure:
         """What this principal is shown, remembered until the registry changes."""
@@ -511,6 +535,13 @@ def _progress_to(ctx: ServerRequestContext[Any]) -> ProgressReporter:
         await ctx.session.report_progress(progress, total, text)
 
     return report
+
+
+def _session_of(ctx: ServerRequestContext[Any]) -> Connection | None:
+    """The session a request belongs to: its handshake-era connection; None for 2026-era."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return None
+    return _connection_of(ctx)
 
 
 def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
