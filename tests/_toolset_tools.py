@@ -53,6 +53,9 @@ class SkillLibrary:
     def get(self, name: str) -> FakeSkill:
         return self._skills[name]
 
+    def instructions(self, name: str) -> str:
+        return self._skills[name].instructions
+
 
 class SkillSelector:
     """A selector that answers a fixed list, cut to k."""

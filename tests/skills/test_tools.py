@@ -9,9 +9,8 @@ from _skill_folders import EXAMPLES, READER, call, skill_gate, write_skill
 from handrail import Principal
 from handrail.envelope import Status, Trust
 from handrail.errors import ConfigurationError, ErrorCode
-from handrail.shaping.budget import HeuristicTokens
+from handrail.shaping.budget import HeuristicTokens, cut_to_tokens
 from handrail.skills import SkillLibrary, SkillLimits, skill_tools, skills_listing
-from handrail.skills._budget import cut_to_tokens
 from handrail.spec import RiskLevel, SideEffect
 from handrail.testing import MemoryAuditSink
 

@@ -25,6 +25,7 @@ from handrail.declare.exposure import Exposure, ExposureRequest
 from handrail.envelope import Envelope, Status, Trust
 from handrail.errors import ConfigurationError
 from handrail.loop._agent_record import ToolsetChange
+from handrail.shaping.budget import HeuristicTokens, cut_to_tokens
 
 if TYPE_CHECKING:
     from handrail.calls import ToolCall
@@ -66,8 +67,6 @@ class SkillView(Protocol):
     def description(self) -> str: ...
     @property
     def allowed_tools(self) -> frozenset[str]: ...
-    @property
-    def instructions(self) -> str: ...
 
 
 class SkillSource(Protocol):
@@ -76,6 +75,7 @@ class SkillSource(Protocol):
     @property
     def names(self) -> Iterable[str]: ...
     def get(self, name: str) -> SkillView: ...
+    def instructions(self, name: str) -> str: ...
 
 
 class SkillPicker(Protocol):
@@ -90,17 +90,23 @@ class ToolsetOptions:
 
     `skills` is the host's skill library: without it a `load_skill` result changes
     nothing (there is nothing to check its skill against). `selector` picks at most
-    `k` skills from the task at a run's start (it needs `skills`). Tool search needs
-    no option: a registered `search_tools` tool's results are followed whenever it runs.
+    `k` skills from the task at a run's start (it needs `skills`); each one's
+    instructions are cut to `selected_tokens` (`load_skill` serves the rest). Tool
+    search needs no option: a registered `search_tools` tool's results are followed
+    whenever it runs.
     """
 
     skills: SkillSource | None = None
     selector: SkillPicker | None = None
     k: int = 1
+    selected_tokens: int = 3_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.k <= _MAX_K:
             msg = f"ToolsetOptions.k must be 0..{_MAX_K}"
+            raise ConfigurationError(msg)
+        if self.selected_tokens < 1:
+            msg = "ToolsetOptions.selected_tokens must be positive"
             raise ConfigurationError(msg)
         if self.selector is not None and self.skills is None:
             msg = "a skill selector needs the skill library it selects from"
@@ -214,7 +220,7 @@ class RunToolset:
         chosen = chosen[: options.k]
         if not chosen:
             return task, ()
-        block = self._marker.mark(_selected(options.skills, chosen))
+        block = self._marker.mark(_selected(options.skills, chosen, options.selected_tokens))
         changes = tuple(
             ToolsetChange(step=0, kind="skill", source="selector", names=(name,)) for name in chosen
         )
@@ -277,17 +283,23 @@ class RunToolset:
         return tuple(admitted)
 
 
-def _selected(skills: SkillSource, names: Sequence[str]) -> Envelope:
-    """The selected skills as an untrusted data block's envelope (the model reads, never obeys)."""
+def _selected(skills: SkillSource, names: Sequence[str], budget: int) -> Envelope:
+    """The selected skills as an untrusted data block's envelope (the model reads, never obeys).
+
+    Each skill's instructions are cut to `budget` tokens, as `load_skill` cuts them.
+    """
     shown: list[dict[str, Any]] = []
+    tokens = HeuristicTokens()
     for name in names:
         skill = skills.get(name)
+        text, truncated = cut_to_tokens(skills.instructions(name), budget, tokens)
         shown.append(
             {
                 "skill": skill.name,
                 "description": skill.description,
                 "allowed_tools": sorted(skill.allowed_tools),
-                "instructions": skill.instructions,
+                "instructions": text,
+                "truncated": truncated,
             }
         )
     return Envelope(

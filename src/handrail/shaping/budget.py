@@ -25,11 +25,14 @@ __all__ = [
     "HeuristicTokens",
     "TokenEstimator",
     "child_path",
+    "cut_to_tokens",
     "fit",
     "json_size",
     "json_text",
 ]
 
+# A text cut moves back to the last line break when that loses at most this share of it.
+_LINE_SLACK = 0.2
 # Below this many characters a member or item is not worth cutting into.
 _MIN_PIECE = 16
 _MAX_REFITS = 8
@@ -62,6 +65,28 @@ class HeuristicTokens:
             return math.ceil(len(text) / self._ratio)
         ascii_count = len(text.encode("ascii", "ignore"))
         return math.ceil(ascii_count / self._ratio) + (len(text) - ascii_count)
+
+
+def cut_to_tokens(text: str, budget: int, estimator: TokenEstimator) -> tuple[str, bool]:
+    """The longest prefix of `text` within `budget` tokens, and whether it was cut.
+
+    For prose a model reads whole (a skill's instructions): the cut moves back to a
+    line break when one is near its end.
+    """
+    if estimator.count(text) <= budget:
+        return text, False
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix that fits: counts grow with length
+        middle = (low + high + 1) // 2
+        if estimator.count(text[:middle]) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    cut = text[:low]
+    newline = cut.rfind("\n")
+    if newline >= 0 and newline >= low * (1 - _LINE_SLACK):
+        cut = cut[: newline + 1]
+    return cut, True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

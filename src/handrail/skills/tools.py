@@ -17,9 +17,8 @@ from handrail.context import ToolContext
 from handrail.declare.definition import Tool
 from handrail.errors import ConfigurationError, ToolFailed, ToolSignal
 from handrail.record.audit import AuditSink
-from handrail.shaping.budget import HeuristicTokens, TokenEstimator
+from handrail.shaping.budget import HeuristicTokens, TokenEstimator, cut_to_tokens
 from handrail.skills._audit import SkillAudit
-from handrail.skills._budget import cut_to_tokens
 from handrail.skills._meta import meta_tool
 from handrail.skills._scripts import DEFAULT_INTERPRETERS, ScriptRunner
 from handrail.skills.library import SkillLibrary
