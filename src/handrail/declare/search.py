@@ -15,6 +15,7 @@ its few terms.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import unicodedata
 from collections import Counter
@@ -55,6 +56,11 @@ _MAX_SCHEMA_NODES = 256
 _MAX_SCHEMA_DEPTH = 4
 """How deep nested parameters are read (an object's properties' properties ...)."""
 
+_COMMON = 0.5
+"""A query word found in more than this share of the tools is skipped, unless the query
+has no other words: it tells tools apart hardly at all (`id` is in most schemas) and
+would make nearly every tool a match."""
+_SCORE = operator.itemgetter(1)
 _K1 = 1.2
 _EXACT_NAME = 100.0
 """Added to a tool whose full name is the query: asked for by name, it comes first."""
@@ -152,7 +158,7 @@ class ToolIndex:
     worked out when the index is built, so a query only adds numbers.
     """
 
-    __slots__ = ("_exact", "_names", "_postings")
+    __slots__ = ("_common", "_exact", "_names", "_postings")
 
     def __init__(
         self,
@@ -162,6 +168,8 @@ class ToolIndex:
         self._names = names
         self._postings = postings
         self._exact = {name.casefold(): index for index, name in enumerate(names)}
+        most = _COMMON * len(names)
+        self._common = frozenset(term for term, row in postings.items() if len(row) > most)
 
     @classmethod
     def build(cls, specs: Iterable[ToolSpec]) -> ToolIndex:
@@ -203,30 +211,37 @@ class ToolIndex:
         """The tools matching `query`, best first (ties by name); at most `limit` of them.
 
         A tool matches when it shares at least one word with the query, or its full
-        name is the query. Only the first 1,000 characters and 32 distinct words of a
-        query count. An empty or stop-word-only query matches nothing.
+        name is the query. A word found in more than half of the tools counts only
+        when the query has no other. Only the first 1,000 characters and 32 distinct
+        words of a query count. An empty or stop-word-only query matches nothing.
         """
-        text = query[:_MAX_QUERY_CHARS]
-        words = sorted(set(terms(text)))[:_MAX_QUERY_TERMS]
-        scores: dict[int, float] = {}
-        get = scores.get
-        postings = self._postings
-        for word in words:
-            for doc, weight in postings.get(word, ()):
-                scores[doc] = get(doc, 0.0) + weight
-        exact = self._exact.get(text.strip().casefold())
-        if exact is not None:
-            scores[exact] = get(exact, 0.0) + _EXACT_NAME
-        ranked = sorted(scores.items(), key=_best_first)
+        ranked = self._ranked(query)
         if limit is not None:
             ranked = ranked[: max(0, limit)]
         names = self._names
         return tuple(SearchHit(name=names[doc], score=score) for doc, score in ranked)
 
+    def ranked_names(self, query: str) -> tuple[str, ...]:
+        """The names of every tool matching `query`, in the order `search` gives them."""
+        names = self._names
+        return tuple(names[doc] for doc, _ in self._ranked(query))
 
-def _best_first(item: tuple[int, float]) -> tuple[float, int]:
-    # Documents are numbered in name order, so the number breaks ties by name.
-    return (-item[1], item[0])
+    def _ranked(self, query: str) -> list[tuple[int, float]]:
+        """(document, score) of every match, best first, ties in name order."""
+        text = query[:_MAX_QUERY_CHARS]
+        words = sorted(set(terms(text)))[:_MAX_QUERY_TERMS]
+        distinctive = [word for word in words if word not in self._common]
+        scores: dict[int, float] = {}
+        get = scores.get
+        postings = self._postings
+        for word in distinctive or words:
+            for doc, weight in postings.get(word, ()):
+                scores[doc] = get(doc, 0.0) + weight
+        exact = self._exact.get(text.strip().casefold())
+        if exact is not None:
+            scores[exact] = get(exact, 0.0) + _EXACT_NAME
+        # Documents are numbered in name order: sorted by number, then stably by score.
+        return sorted(sorted(scores.items()), key=_SCORE, reverse=True)
 
 
 class CatalogueIndex:

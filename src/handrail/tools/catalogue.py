@@ -19,14 +19,13 @@ request is the default, unscoped one.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from handrail.context import ExposureView, ToolContext
 from handrail.declare.definition import Tool
 from handrail.declare.exposure import (
-    ExclusionReason,
     ExposureRequest,
     ModelCapabilities,
     select_tools,
@@ -49,6 +48,10 @@ SEARCH_TOOLS = "search_tools"
 MAX_QUERY_CHARS = 200
 MAX_RESULTS = 20
 DEFAULT_RESULTS = 5
+MAX_COUNTED = 50
+"""Matches are counted up to here: `matches` 50 means 50 or more."""
+_WINDOW = 32
+"""Ranked tools judged by the exposure rules at once."""
 _MIN_BUDGET = 64
 """Tokens below which not even a small definition fits beside the envelope's own keys."""
 _MAX_SKIPPED = 8
@@ -76,7 +79,7 @@ def search_tools_tool(
     Arguments: `query` (1-200 characters) and `limit` (1 to `max_results`, at most 20;
     default 5). Answers `{"query", "tools": [{"name", "description", "parameters"}],
     "matches", "omitted"}`: `matches` counts the tools the search may return that
-    matched, `omitted` those of them left out for the limit or the budget. The
+    matched (up to 50), `omitted` those of them left out for the limit or the budget. The
     definitions returned fit in `budget_tokens` with the rest of the answer, measured
     by `estimator` (give the shaper's, if it has its own); keep `budget_tokens` within
     the gate's result budget (4 characters a token), so that shaping never cuts it.
@@ -173,21 +176,32 @@ class _Catalogue:
     def _returnable(
         self, text: str, principal: Principal, request: ExposureRequest
     ) -> list[ToolSpec]:
-        """The tools this search may return that match `text`, best first."""
+        """The tools this search may return that match `text`, best first (up to 50).
+
+        Judged a window of ranked tools at a time, so that a query matching most of
+        a large catalogue costs no more than its best matches.
+        """
         if request.include_deferred:
             return []  # every deferred tool is shown already
         shown = request.discovered
-        candidates: list[ToolSpec] = []
-        for hit in self._index.current().search(text):
-            if hit.name == SEARCH_TOOLS or hit.name in shown:
+        found: list[ToolSpec] = []
+        window: list[ToolSpec] = []
+        for name in self._index.current().ranked_names(text):
+            if name == SEARCH_TOOLS or name in shown:
                 continue
             # The registry as it is now: a tool removed or changed since the index was
             # built is judged by what is registered, never by what was indexed.
-            tool = self._registry.lookup(hit.name, principal)
-            if tool is not None and tool.spec.defer_loading:
-                candidates.append(tool.spec)
-        deferred = _deferred_only(candidates, principal, request)
-        return [spec for spec in candidates if spec.name in deferred]
+            tool = self._registry.lookup(name, principal)
+            if tool is None or not tool.spec.defer_loading:
+                continue
+            window.append(tool.spec)
+            if len(window) == _WINDOW:
+                found += _eligible(window, principal, request)
+                window = []
+                if len(found) >= MAX_COUNTED:
+                    return found[:MAX_COUNTED]
+        found += _eligible(window, principal, request)
+        return found[:MAX_COUNTED]
 
     def _definition(self, spec: ToolSpec) -> tuple[dict[str, Any], int]:
         """The definition the model is shown of `spec`, and its token cost."""
@@ -209,17 +223,22 @@ class _Catalogue:
         return self._estimator.count(json_text(value))
 
 
-def _deferred_only(
-    candidates: Sequence[ToolSpec], principal: Principal, request: ExposureRequest
-) -> frozenset[str]:
-    """Names the request leaves out for being deferred and for nothing else.
+def _eligible(
+    candidates: list[ToolSpec], principal: Principal, request: ExposureRequest
+) -> list[ToolSpec]:
+    """The candidates the request would show if it showed deferred tools, in order.
 
-    The exposure rules themselves decide (`select_tools`), without the capacity cut:
-    whether a found tool fits beside the others is the next exposure's to say.
+    The exposure rules themselves decide (`select_tools`, as `Registry.exposure` with
+    `include_deferred`), without the capacity cut: whether a found tool fits beside
+    the others is the next exposure's to say. The candidates are deferred and not yet
+    discovered, so these are exactly the ones the request leaves out as DEFERRED alone.
     """
+    if not candidates:
+        return []
     unlimited = ModelCapabilities(unsupported_keywords=request.capabilities.unsupported_keywords)
-    exposure = select_tools(candidates, principal, replace(request, capabilities=unlimited))
-    return frozenset(e.tool for e in exposure.excluded if e.reason is ExclusionReason.DEFERRED)
+    wider = replace(request, include_deferred=True, capabilities=unlimited)
+    shown = set(select_tools(candidates, principal, wider).names)
+    return [spec for spec in candidates if spec.name in shown]
 
 
 def _request(view: ExposureView | None) -> ExposureRequest:
