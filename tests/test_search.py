@@ -195,16 +195,16 @@ def test_ties_are_broken_by_name_and_the_order_of_specs_does_not_matter() -> Non
     assert len({hit.score for hit in first}) == 1
 
 
-def test_a_word_in_most_tools_counts_only_when_the_query_has_no_other() -> None:
-    built = ToolIndex.build(
-        [
-            spec("a.close_ticket", "Close a ticket by id.", {"ticket_id": text("id")}),
-            spec("b.read_order", "Read an order by id.", {"order_id": text("id")}),
-            spec("c.read_user", "Read a user by id.", {"user_id": text("id")}),
-        ],
-    )
-    assert [hit.name for hit in built.search("ticket id")] == ["a.close_ticket"]
-    assert len(built.search("id")) == 3
+def test_a_word_in_most_of_a_large_catalogue_counts_only_when_the_query_has_no_other() -> None:
+    specs = [
+        spec(f"a.read_order_{n}", "Read an order by id.", {"id": text("id")}) for n in range(65)
+    ]
+    specs.append(spec("b.close_ticket", "Close a ticket by id.", {"id": text("id")}))
+    built = ToolIndex.build(specs)
+    assert [hit.name for hit in built.search("ticket id")] == ["b.close_ticket"]
+    assert len(built.search("id")) == 66
+    few = ToolIndex.build(specs[-3:])  # in a small catalogue every word counts
+    assert len(few.search("ticket id")) == 3
 
 
 def test_limit_search_hits_and_ranked_names_agree(index: ToolIndex) -> None:

@@ -56,10 +56,11 @@ _MAX_SCHEMA_NODES = 256
 _MAX_SCHEMA_DEPTH = 4
 """How deep nested parameters are read (an object's properties' properties ...)."""
 
-_COMMON = 0.5
-"""A query word found in more than this share of the tools is skipped, unless the query
-has no other words: it tells tools apart hardly at all (`id` is in most schemas) and
-would make nearly every tool a match."""
+_COMMON_SHARE = 0.5
+_COMMON_TOOLS = 64
+"""A query word found in more than half of the tools, and in more than 64 of them, is
+skipped unless the query has no other words: it tells tools apart hardly at all (`id`
+is in most schemas) and would make most of a large catalogue a match, at a cost."""
 _SCORE = operator.itemgetter(1)
 _K1 = 1.2
 _EXACT_NAME = 100.0
@@ -168,7 +169,7 @@ class ToolIndex:
         self._names = names
         self._postings = postings
         self._exact = {name.casefold(): index for index, name in enumerate(names)}
-        most = _COMMON * len(names)
+        most = max(_COMMON_SHARE * len(names), _COMMON_TOOLS)
         self._common = frozenset(term for term, row in postings.items() if len(row) > most)
 
     @classmethod
@@ -211,9 +212,10 @@ class ToolIndex:
         """The tools matching `query`, best first (ties by name); at most `limit` of them.
 
         A tool matches when it shares at least one word with the query, or its full
-        name is the query. A word found in more than half of the tools counts only
-        when the query has no other. Only the first 1,000 characters and 32 distinct
-        words of a query count. An empty or stop-word-only query matches nothing.
+        name is the query. A word found in more than half of the tools (and more
+        than 64) counts only when the query has no other. Only the first 1,000
+        characters and 32 distinct words of a query count. An empty or
+        stop-word-only query matches nothing.
         """
         ranked = self._ranked(query)
         if limit is not None:
@@ -247,6 +249,9 @@ class ToolIndex:
 class CatalogueIndex:
     """The `ToolIndex` of one registry, rebuilt on the first query after it changed.
 
+    Tools named in `leave_out` are not indexed (the search tool itself: its own
+    description's words would only skew the ranking of the others).
+
     Subscribes to the registry's changes and counts them; `current()` rebuilds when the
     count moved since the index it holds was built. A change that lands while an index
     is built moves the count again, so the next query rebuilds: the index is never
@@ -254,10 +259,11 @@ class CatalogueIndex:
     what may be shown.
     """
 
-    __slots__ = ("_built", "_changes", "_registry", "_unsubscribe")
+    __slots__ = ("_built", "_changes", "_leave_out", "_registry", "_unsubscribe")
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, leave_out: frozenset[str] = frozenset()) -> None:
         self._registry = registry
+        self._leave_out = leave_out
         self._changes = 0
         # One tuple, swapped whole, so that concurrent rebuilds never pair an index
         # with the change count of another.
@@ -270,7 +276,8 @@ class CatalogueIndex:
         built = self._built
         if built is not None and built[0] == changes:
             return built[1]
-        index = ToolIndex.build(self._registry.specs())
+        leave_out = self._leave_out
+        index = ToolIndex.build(s for s in self._registry.specs() if s.name not in leave_out)
         self._built = (changes, index)
         return index
 

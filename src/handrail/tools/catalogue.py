@@ -142,7 +142,7 @@ class _Catalogue:
 
     def __init__(self, registry: Registry, budget: int, estimator: TokenEstimator) -> None:
         self._registry = registry
-        self._index = CatalogueIndex(registry)
+        self._index = CatalogueIndex(registry, leave_out=frozenset({SEARCH_TOOLS}))
         self._budget = budget
         self._estimator = estimator
         # By name: the spec it was made from, the definition and its token cost.
