@@ -517,12 +517,13 @@ def test_discovering_a_tool_never_shows_one_another_filter_removes() -> None:
         deferred("x.write", risk=RiskLevel.L3_HIGH_RISK_WRITE),
         deferred("x.returns", scenarios={"returns"}),
     ]
-    names = {s.name for s in specs}
+    names = frozenset(s.name for s in specs)
+    ceiling = RiskLevel.L1_INTERNAL_READ
     for request in (
-        {"discovered": names, "risk_ceiling": RiskLevel.L1_INTERNAL_READ, "scenario": "billing"},
-        {"include_deferred": True, "risk_ceiling": RiskLevel.L1_INTERNAL_READ, "scenario": "x"},
+        ExposureRequest(discovered=names, risk_ceiling=ceiling, scenario="billing"),
+        ExposureRequest(include_deferred=True, risk_ceiling=ceiling, scenario="x"),
     ):
-        exposure = select(specs, **request)
+        exposure = select_tools(specs, ALICE, request)
         assert exposure.names == ()
         assert reasons(exposure) == {
             "x.nuke": R.FORBIDDEN,
@@ -602,6 +603,6 @@ def test_the_registry_exposure_applies_deferral_and_narrowing_too() -> None:
     assert registry.exposure(ALICE).names == ("core.search",)
     wider = registry.exposure(ALICE, ExposureRequest(include_deferred=True))
     assert wider.names == ("core.search", "extra.refund")
-    narrowed = registry.exposure(ALICE, ExposureRequest(narrowed_to={"extra.refund"}))
+    narrowed = registry.exposure(ALICE, ExposureRequest(narrowed_to=frozenset({"extra.refund"})))
     assert narrowed.names == ()
     assert narrowed.reason("core.search") is R.OUTSIDE_SKILL

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from handrail import Registry, RiskLevel, SideEffect, Tool, ToolSpec
+from handrail import Registry, RiskLevel, SideEffect, Tool, ToolContext, ToolSpec
 from handrail.declare.search import CatalogueIndex, SearchHit, ToolIndex, terms
 
 
@@ -252,7 +252,7 @@ def test_a_thousand_tools_are_each_found_first_by_their_own_name() -> None:
 # --- one index per registry version -----------------------------------------------------------
 
 
-async def _noop(arguments: dict[str, Any], ctx: object) -> dict[str, object]:
+async def _noop(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, object]:
     return {}
 
 
@@ -261,7 +261,7 @@ def _tool(name: str, description: str) -> Tool:
         name=name,
         description=description,
         input_schema={"type": "object", "properties": {}},
-        fn=_noop,  # type: ignore[arg-type]
+        fn=_noop,
         risk=RiskLevel.L0_PUBLIC_READ,
     )
 

@@ -336,7 +336,7 @@ def test_the_schema_bounds_query_and_limit_and_the_tool_is_a_plain_read() -> Non
     "options",
     [{"max_results": 0}, {"max_results": 21}, {"budget_tokens": 63}],
 )
-def test_limits_outside_their_range_are_refused(options: dict[str, int]) -> None:
+def test_limits_outside_their_range_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         search_tools_tool(Registry(), **options)
 
