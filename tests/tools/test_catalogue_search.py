@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -136,8 +137,8 @@ async def test_tools_the_model_already_has_are_never_returned() -> None:
 async def test_search_tools_never_returns_itself_even_when_deferred_and_named() -> None:
     registry = Registry()
     registry.register(make("catalogue.find_tools", "Search tools of the catalogue."))
-    deferred_self = search_tools_tool(registry)
-    registry.register(deferred_self)
+    made = search_tools_tool(registry)
+    registry.register(replace(made, spec=replace(made.spec, defer_loading=True)))
     for query in ("search_tools", "search tools catalogue"):
         data = await search(registry, {"query": query}, exposed=False)
         assert SEARCH_TOOLS not in names(data)
