@@ -360,7 +360,7 @@ def tokens(bench: Bench) -> dict[str, Any]:
     return {
         "tools_registered": len(bench.registry),
         "tools_the_principal_may_use": len(specs),
-        "core_tools_shown": len(shown),
+        "core_tools_shown": len([s for s in shown if s.name != SEARCH_TOOLS]),
         "every_definition_tokens": all_tokens,
         "core_and_search_tools_tokens": core,
         "average_search_answer_tokens": round(average, 1),
