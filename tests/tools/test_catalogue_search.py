@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -22,7 +23,13 @@ from handrail import (
 from handrail.declare.exposure import ExposureRequest, ModelCapabilities
 from handrail.errors import ConfigurationError
 from handrail.shaping.budget import HeuristicTokens, json_text
-from handrail.spec import ConfirmationMode, ConfirmationPolicy, IdempotencyMode, IdempotencyPolicy
+from handrail.spec import (
+    ConfirmationMode,
+    ConfirmationPolicy,
+    Deprecation,
+    IdempotencyMode,
+    IdempotencyPolicy,
+)
 from handrail.testing import FixedClock
 from handrail.tools import SEARCH_TOOLS, search_tools_tool
 from handrail.tools import catalogue as catalogue_module
@@ -373,3 +380,27 @@ async def test_a_thousand_registered_tools_are_searched_and_filtered() -> None:
     mixed = await search(registry, {"query": "hr support case", "limit": 20})
     assert len(mixed["tools"]) == 20
     assert {name.split(".")[0] for name in names(mixed)} == {"support"}
+
+
+async def test_a_deprecated_tool_is_found_with_its_notice_until_its_day_then_never() -> None:
+    clock = FixedClock(datetime(2026, 3, 1, tzinfo=UTC))
+    registry = Registry(clock=clock)
+    registry.register(search_tools_tool(registry))
+    for item in BILLING:
+        registry.register(item)
+    registry.register(
+        make(
+            "billing.refund_card",
+            "Refund a card payment, the old way.",
+            deprecation=Deprecation(after=date(2026, 3, 2), replacement="billing.refund_payment"),
+        ),
+    )
+    before = await search(registry, {"query": "refund card"})
+    assert names(before) == ["billing.refund_card", "billing.refund_payment"]
+    notice = before["tools"][0]["description"]
+    assert notice == registry.get("billing.refund_card").spec.model_description
+    assert "Deprecated: refused from 2026-03-02 (UTC). Use billing.refund_payment" in notice
+    clock.advance(24 * 3600)
+    after = await search(registry, {"query": "refund card"})
+    assert names(after) == ["billing.refund_payment"]
+    assert after["matches"] == 1

@@ -8,12 +8,13 @@ and checks them again through `Registry.exposure` before the model is shown them
 
 What a search returns. A tool is returned only if the run's request leaves it out for
 being deferred alone (`ExclusionReason.DEFERRED`): it passes every other filter of that
-request (tenant, scenario, risk ceiling, permissions, schema features, the active
-skills' narrowing) for the calling principal. So a tool the model already has (not
-deferred, or already in `discovered`) is never returned, nor is `search_tools` itself,
-and a request with `include_deferred` finds nothing, since it shows every tool already.
-Without an exposure in the call's context (a host that passed the gate none) the
-request is the default, unscoped one.
+request (tenant, deprecation, scenario, risk ceiling, permissions, schema features, the
+active skills' narrowing) for the calling principal. So a tool the model already has
+(not deferred, or already in `discovered`) is never returned, nor is `search_tools`
+itself, and a request with `include_deferred` finds nothing, since it shows every tool
+already. Without an exposure in the call's context (a host that passed the gate none)
+the request is the default, unscoped one. A definition is written as every definition
+writer writes it (`ToolSpec.model_description`, with any deprecation notice).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import date
 from typing import Any
 
 from handrail.context import ExposureView, ToolContext
@@ -184,6 +186,7 @@ class _Catalogue:
         if request.include_deferred:
             return []  # every deferred tool is shown already
         shown = request.discovered
+        today = self._registry.today  # deprecations are judged by the registry's clock
         found: list[ToolSpec] = []
         window: list[ToolSpec] = []
         for name in self._index.current().ranked_names(text):
@@ -196,11 +199,11 @@ class _Catalogue:
                 continue
             window.append(tool.spec)
             if len(window) == _WINDOW:
-                found += _eligible(window, principal, request)
+                found += _eligible(window, principal, request, today)
                 window = []
                 if len(found) >= MAX_COUNTED:
                     return found[:MAX_COUNTED]
-        found += _eligible(window, principal, request)
+        found += _eligible(window, principal, request, today)
         return found[:MAX_COUNTED]
 
     def _definition(self, spec: ToolSpec) -> tuple[dict[str, Any], int]:
@@ -210,7 +213,7 @@ class _Catalogue:
             return cached[1], cached[2]
         definition = {
             "name": spec.name,
-            "description": spec.description,
+            "description": spec.model_description,
             "parameters": _plain(spec.input_schema),
         }
         cost = self._cost(definition)
@@ -224,7 +227,7 @@ class _Catalogue:
 
 
 def _eligible(
-    candidates: list[ToolSpec], principal: Principal, request: ExposureRequest
+    candidates: list[ToolSpec], principal: Principal, request: ExposureRequest, today: date
 ) -> list[ToolSpec]:
     """The candidates the request would show if it showed deferred tools, in order.
 
@@ -237,7 +240,7 @@ def _eligible(
         return []
     unlimited = ModelCapabilities(unsupported_keywords=request.capabilities.unsupported_keywords)
     wider = replace(request, include_deferred=True, capabilities=unlimited)
-    shown = set(select_tools(candidates, principal, wider).names)
+    shown = set(select_tools(candidates, principal, wider, today=today).names)
     return [spec for spec in candidates if spec.name in shown]
 
 
