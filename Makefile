@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp lock clean system-packages npm-tools
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp bench-search lock clean system-packages npm-tools
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-shaping 1 GB streamed log -> 16 KB view (RSS, vs wc); redaction MB/s on 100 MB"
 	@echo "make bench-tools   search_text vs rg --json; read_file tail of 100 MB; sandbox start"
 	@echo "make bench-mcp     a tool call through Handrail's MCP server vs a bare mcp SDK server"
+	@echo "make bench-search  tool search over 1,000 tools: tokens per turn vs every definition; latency"
 	@echo "make npm-tools     the pinned MCP Inspector CLI and reference MCP servers, into .tools/npm"
 
 $(UV):
@@ -114,6 +115,9 @@ bench-tools: $(VENV)/.synced system-packages
 
 bench-mcp: $(VENV)/.synced
 	$(VENV)/bin/python bench/mcp_overhead.py
+
+bench-search: $(VENV)/.synced
+	$(VENV)/bin/python bench/tool_search.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers

@@ -8,7 +8,22 @@ from datetime import UTC, datetime
 
 import pytest
 
-from handrail import Principal, RiskLevel, ToolContext, tool
+from handrail import (
+    ConfirmationMode,
+    ConfirmationPolicy,
+    ErrorCode,
+    Gate,
+    IdempotencyMode,
+    IdempotencyPolicy,
+    Principal,
+    Registry,
+    RiskLevel,
+    SideEffect,
+    Status,
+    ToolCall,
+    ToolContext,
+    tool,
+)
 from handrail.context import reporting_progress
 from handrail.credentials import (
     SecretAccessError,
@@ -17,6 +32,7 @@ from handrail.credentials import (
     Secrets,
     StaticSecretProvider,
 )
+from handrail.declare.exposure import ExposureRequest
 from handrail.testing import FixedClock
 
 API_KEY = "sk-live-7Hq2x9Lm4Pz"
@@ -128,3 +144,55 @@ async def test_progress_follows_the_call_into_the_tasks_it_runs_in() -> None:
         await asyncio.create_task(ctx.report_progress(1))
     await asyncio.create_task(ctx.report_progress(2))
     assert heard == [1]
+
+
+def test_the_gate_hands_a_tool_the_exposure_request_it_was_given_and_none_without() -> None:
+    seen: list[object] = []
+
+    @tool(risk=RiskLevel.L1_INTERNAL_READ)
+    def peek(ctx: ToolContext) -> str:
+        """Report what decided the toolset."""
+        seen.append(ctx.exposure)
+        return "ok"
+
+    registry = Registry()
+    registry.register(peek)
+    gate = Gate(registry, clock=FixedClock())
+    principal = Principal(user_id="u1", tenant_id="t1")
+    request = ExposureRequest(scenario="support", discovered=frozenset({"x.found"}))
+    call = ToolCall(id="c1", name=peek.spec.name, arguments="{}")
+    shown = asyncio.run(
+        gate.handle(call, principal, exposure=registry.exposure(principal, request))
+    )
+    plain = asyncio.run(gate.handle(call, principal))
+    assert (shown.status, plain.status) == (Status.OK, Status.OK)
+    assert seen == [request, None]
+
+
+def test_a_writes_business_rules_see_the_exposure_request_too() -> None:
+    seen: list[object] = []
+
+    @tool(
+        risk=RiskLevel.L2_REVERSIBLE_WRITE,
+        side_effect=SideEffect.LOCAL_WRITE,
+        idempotency=IdempotencyPolicy(mode=IdempotencyMode.COMMAND_ID),
+        confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
+    )
+    def rename(name: str) -> str:
+        """Rename the thing."""
+        return name
+
+    def check(arguments: object, ctx: ToolContext) -> None:
+        seen.append(ctx.exposure)
+
+    registry = Registry()
+    registry.register(rename.with_validators(check))
+    gate = Gate(registry, clock=FixedClock())
+    principal = Principal(user_id="u1", tenant_id="t1")
+    request = ExposureRequest(narrowed_to=frozenset({rename.spec.name}))
+    call = ToolCall(id="c1", name=rename.spec.name, arguments='{"name": "b"}')
+    envelope = asyncio.run(
+        gate.handle(call, principal, exposure=registry.exposure(principal, request))
+    )
+    assert envelope.error_type is ErrorCode.RISK_BLOCKED  # no write path: refused after stage 3
+    assert seen == [request]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -481,3 +482,127 @@ def test_lowering_max_tools_only_removes_tools(
     assert set(cut.names) <= set(full.names)
     assert len(cut) == min(lowered, len(full))
     assert set(cut.eligible) == set(full.eligible)
+
+
+# --- deferred loading and skill narrowing ----------------------------------------------------
+
+
+def deferred(name: str, **options: Any) -> ToolSpec:
+    return replace(spec(name, **options), defer_loading=True)
+
+
+def test_a_deferred_tool_is_left_out_as_deferred_until_discovered() -> None:
+    specs = [spec("core.search"), deferred("extra.refund"), deferred("extra.export")]
+    exposure = select(specs)
+    assert exposure.names == ("core.search",)
+    assert reasons(exposure) == {"extra.export": R.DEFERRED, "extra.refund": R.DEFERRED}
+    assert "search_tools" in exposure.excluded[0].detail
+    found = select(specs, discovered={"extra.refund"})
+    assert found.names == ("core.search", "extra.refund")
+    assert reasons(found) == {"extra.export": R.DEFERRED}
+
+
+def test_include_deferred_shows_every_deferred_tool_that_passes_the_other_filters() -> None:
+    specs = [deferred("extra.refund"), deferred("extra.staff", permissions={"hr"})]
+    exposure = select(specs, include_deferred=True)
+    assert exposure.names == ("extra.refund",)
+    assert reasons(exposure) == {"extra.staff": R.MISSING_PERMISSION}
+
+
+def test_discovering_a_tool_never_shows_one_another_filter_removes() -> None:
+    specs = [
+        deferred("x.nuke", risk=RiskLevel.L4_FORBIDDEN),
+        deferred("x.other_tenant", tenants={"t2"}),
+        deferred("x.staff", permissions={"hr"}),
+        deferred("x.write", risk=RiskLevel.L3_HIGH_RISK_WRITE),
+        deferred("x.returns", scenarios={"returns"}),
+    ]
+    names = frozenset(s.name for s in specs)
+    ceiling = RiskLevel.L1_INTERNAL_READ
+    for request in (
+        ExposureRequest(discovered=names, risk_ceiling=ceiling, scenario="billing"),
+        ExposureRequest(include_deferred=True, risk_ceiling=ceiling, scenario="x"),
+    ):
+        exposure = select_tools(specs, ALICE, request)
+        assert exposure.names == ()
+        assert reasons(exposure) == {
+            "x.nuke": R.FORBIDDEN,
+            "x.other_tenant": R.OTHER_TENANT,
+            "x.staff": R.MISSING_PERMISSION,
+            "x.write": R.ABOVE_RISK_CEILING,
+            "x.returns": R.OTHER_SCENARIO,
+        }
+
+
+def test_discovering_a_tool_that_is_not_deferred_changes_nothing() -> None:
+    specs = [spec("core.search"), deferred("extra.refund")]
+    found = select(specs, discovered={"core.search", "unknown.tool"})
+    plain = select(specs)
+    assert (found.included, found.excluded) == (plain.included, plain.excluded)
+
+
+def test_a_narrowed_request_shows_only_the_listed_tools_as_outside_skill_otherwise() -> None:
+    specs = [spec("core.search"), spec("shop.refund"), spec("shop.export")]
+    exposure = select(specs, narrowed_to={"core.search", "shop.refund"})
+    assert exposure.names == ("core.search", "shop.refund")
+    assert reasons(exposure) == {"shop.export": R.OUTSIDE_SKILL}
+    assert select(specs, narrowed_to=set()).names == ()
+
+
+def test_narrowing_never_widens_what_the_principal_may_see() -> None:
+    specs = [
+        spec("x.nuke", risk=RiskLevel.L4_FORBIDDEN),
+        spec("x.staff", permissions={"hr"}),
+        spec("x.ok"),
+    ]
+    exposure = select(specs, narrowed_to={"x.nuke", "x.staff", "x.ok", "x.unregistered"})
+    assert exposure.names == ("x.ok",)
+    assert reasons(exposure) == {"x.nuke": R.FORBIDDEN, "x.staff": R.MISSING_PERMISSION}
+
+
+def test_a_deferred_tool_outside_the_skills_is_reported_outside_skill_first() -> None:
+    specs = [deferred("shop.refund"), deferred("shop.export")]
+    exposure = select(specs, narrowed_to={"shop.refund"}, discovered={"shop.export"})
+    assert exposure.names == ()
+    assert reasons(exposure) == {"shop.export": R.OUTSIDE_SKILL, "shop.refund": R.DEFERRED}
+    inside = select(specs, narrowed_to={"shop.refund"}, include_deferred=True)
+    assert inside.names == ("shop.refund",)
+
+
+def test_a_discovered_tool_still_takes_its_place_in_the_capacity_cut() -> None:
+    specs = [spec("a.core"), spec("b.core"), deferred("c.found")]
+    exposure = select(specs, discovered={"c.found"}, capabilities=caps(max_tools=2))
+    assert exposure.names == ("a.core", "b.core")
+    assert reasons(exposure) == {"c.found": R.MAX_TOOLS}
+    preferred = select(
+        specs, discovered={"c.found"}, preferred=("c.found",), capabilities=caps(max_tools=2)
+    )
+    assert preferred.names == ("a.core", "c.found")
+
+
+def test_a_request_holds_its_discovered_and_narrowed_names_as_frozen_sets() -> None:
+    request = ExposureRequest(discovered=["a", "a", "b"], narrowed_to=["c"])  # type: ignore[arg-type]
+    assert request.discovered == frozenset({"a", "b"})
+    assert request.narrowed_to == frozenset({"c"})
+    assert ExposureRequest().narrowed_to is None
+
+
+def test_the_registry_exposure_applies_deferral_and_narrowing_too() -> None:
+    registry = Registry()
+    for name, defer in (("core.search", False), ("extra.refund", True)):
+        registry.register(
+            Tool.from_json_schema(
+                name=name,
+                description="Does one thing.",
+                input_schema=EMPTY,
+                fn=lambda arguments, ctx: None,
+                risk=RiskLevel.L0_PUBLIC_READ,
+                defer_loading=defer,
+            ),
+        )
+    assert registry.exposure(ALICE).names == ("core.search",)
+    wider = registry.exposure(ALICE, ExposureRequest(include_deferred=True))
+    assert wider.names == ("core.search", "extra.refund")
+    narrowed = registry.exposure(ALICE, ExposureRequest(narrowed_to=frozenset({"extra.refund"})))
+    assert narrowed.names == ()
+    assert narrowed.reason("core.search") is R.OUTSIDE_SKILL

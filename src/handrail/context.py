@@ -2,7 +2,8 @@
 
 The runtime injects a ToolContext into any tool parameter annotated with it; the
 parameter never appears in the schema the model sees, and its repr never shows a
-secret value.
+secret value. It also carries what decided the model's toolset (`ExposureView`), for
+the catalogue tools that must stay within it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from handrail.clock import Clock
 from handrail.credentials import SecretAccessError, SecretAccessReason, Secrets
 from handrail.principal import Principal
+from handrail.spec import RiskLevel
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["ProgressReporter", "ToolContext", "reporting_progress"]
+__all__ = ["ExposureView", "ProgressReporter", "ToolContext", "reporting_progress"]
 
 ProgressReporter: TypeAlias = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 """`(progress, total, message)`: where a running call's progress goes, if anywhere."""
@@ -43,6 +45,45 @@ def reporting_progress(reporter: ProgressReporter) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
+class ExposureView(Protocol):
+    """What a tool may read of the request that decided the model's toolset.
+
+    The gate hands a tool the `ExposureRequest` it was given (`Exposure.request`); this
+    is its shape as the vocabulary sees it, since a ToolContext may not depend on the
+    declare stage. Host facts only, never the model's.
+    """
+
+    @property
+    def scenario(self) -> str | None:
+        """The request's scenario; None: unscoped."""
+        ...
+
+    @property
+    def risk_ceiling(self) -> RiskLevel:
+        """The riskiest level the request may see."""
+        ...
+
+    @property
+    def preferred(self) -> tuple[str, ...]:
+        """Tools the host hinted at, most wanted first."""
+        ...
+
+    @property
+    def discovered(self) -> frozenset[str]:
+        """Deferred tools a search found in this run, shown when they pass every filter."""
+        ...
+
+    @property
+    def include_deferred(self) -> bool:
+        """Whether every deferred tool is shown."""
+        ...
+
+    @property
+    def narrowed_to(self) -> frozenset[str] | None:
+        """The only names that may be shown (the active skills' tools), if narrowed."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolContext:
     """Per-call facts from trusted context, handed to tools and business validators.
@@ -58,6 +99,11 @@ class ToolContext:
 
     `secrets` reads the credentials the tool declared, for the principal's tenant;
     use `secret(handle)` and pass the value straight to the client that needs it.
+
+    `exposure` is the request that decided what this call's model was shown (an
+    `ExposureRequest`), when the gate was given one; None when the host gave no
+    exposure (every tool the principal may reach is callable) and for confirmed writes,
+    which run outside the model's request.
     """
 
     principal: Principal
@@ -70,6 +116,7 @@ class ToolContext:
     transaction: sa.Connection | None = None
     attempt: int = 1
     secrets: Secrets | None = None
+    exposure: ExposureView | None = None
 
     async def report_progress(
         self,

@@ -203,7 +203,7 @@ class Gate:
 
             call_deadline = min(deadline, self._clock.monotonic() + tool.spec.timeout)
             ctx = (
-                self._invoker.context(tool, principal, call, call_deadline)
+                self._invoker.context(tool, principal, call, call_deadline, exposure)
                 if tool.needs_context
                 else None
             )
@@ -261,6 +261,7 @@ class Gate:
                     required=required,
                     approval=approval,
                     deadline=call_deadline,
+                    exposure=exposure,
                     command_id=command_id,
                     revises=_revises,
                 )

@@ -17,6 +17,7 @@ from handrail.context import ToolContext
 from handrail.credentials import SecretLedger, SecretProvider, Secrets
 from handrail.deadline import DeadlineExceededError, within
 from handrail.declare.definition import BoundArguments, Tool
+from handrail.declare.exposure import Exposure
 from handrail.envelope import Envelope
 from handrail.errors import ErrorCode, Refusal, ToolSignal
 from handrail.principal import Principal
@@ -56,9 +57,17 @@ class Invoker:
         self._rng = rng
 
     def context(
-        self, tool: Tool, principal: Principal, call: ToolCall, deadline: float
+        self,
+        tool: Tool,
+        principal: Principal,
+        call: ToolCall,
+        deadline: float,
+        exposure: Exposure | None = None,
     ) -> ToolContext:
-        """What the tool (and its validators and hooks) may see of this call."""
+        """What the tool (and its validators and hooks) may see of this call.
+
+        `exposure` is what the request showed the model; the tool sees its request.
+        """
         spec = tool.spec
         secrets = (
             Secrets(
@@ -78,6 +87,7 @@ class Invoker:
             deadline=deadline,
             clock=self._clock,
             secrets=secrets,
+            exposure=None if exposure is None else exposure.request,
         )
 
     async def within(self, deadline: float, stage: str, work: Coroutine[Any, Any, T]) -> T:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from handrail.calls import ToolCall
 from handrail.declare.definition import BoundArguments, Tool
+from handrail.declare.exposure import Exposure
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError, ErrorCode, Refusal, StoreError, WriteRefusedError
 from handrail.gate._invocation import Invoker
@@ -38,8 +39,12 @@ async def hand_off(
     deadline: float,
     command_id: str | None,
     revises: str | None,
+    exposure: Exposure | None = None,
 ) -> WriteOutcome:
-    """A write that passed every check: propose a plan, or run it under a command id."""
+    """A write that passed every check: propose a plan, or run it under a command id.
+
+    The plan's hooks see the request's `exposure` in their context, as a read would.
+    """
     spec = tool.spec
     if writes is None:
         raise Refusal(
@@ -74,7 +79,7 @@ async def hand_off(
             call_id=call.id,
             deadline=deadline,
         )
-    ctx = invoker.context(tool, principal, call, deadline)
+    ctx = invoker.context(tool, principal, call, deadline, exposure)
     try:
         plan = await invoker.within(
             deadline,

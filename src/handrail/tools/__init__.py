@@ -3,9 +3,11 @@
 Each pack is a frozen config plus a builder that returns ordinary `Tool`s for a
 `Registry`: the workspace (files, search, edits) beneath one root, commands in a
 sandbox, HTTP fetches that cannot reach private addresses, SQL templates and patches,
-and deterministic helpers. The model supplies only narrow, validated parameters.
+deterministic helpers, and `search_tools` over the registry's deferred tools. The model
+supplies only narrow, validated parameters.
 """
 
+from handrail.tools.catalogue import SEARCH_TOOLS, search_tools_tool
 from handrail.tools.commands import CommandsConfig, command_tools
 from handrail.tools.helpers import helper_tools
 from handrail.tools.http import (
@@ -49,6 +51,7 @@ from handrail.tools.workspace.search import SearchConfig, SearchResult, TextSear
 
 __all__ = [
     "ISOLATION",
+    "SEARCH_TOOLS",
     "AddressAllowance",
     "BlockedDestination",
     "ChangeRecord",
@@ -89,6 +92,7 @@ __all__ = [
     "read_tools",
     "rollback",
     "search_tools",
+    "search_tools_tool",
     "sql_engine",
     "sql_tools",
 ]
