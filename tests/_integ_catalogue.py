@@ -30,6 +30,7 @@ from handrail import (
 )
 from handrail.clock import Clock
 from handrail.skills import SkillLibrary, skill_tools
+from handrail.spec import Deprecation
 from handrail.tools import search_tools_tool
 
 ALICE = Principal(
@@ -97,7 +98,7 @@ def _read(name: str, description: str, **options: Any) -> Tool:  # noqa: ANN401 
     )(read)
 
 
-def _refund(refunds: list[str]) -> Tool:
+def _refund(refunds: list[str], deprecation: Deprecation | None) -> Tool:
     async def refund(ctx: ToolContext, invoice: INVOICE) -> dict[str, str]:
         """Refund an invoice in full to the customer's card."""
         assert ctx.idempotency_key is not None
@@ -113,13 +114,21 @@ def _refund(refunds: list[str]) -> Tool:
         confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
         business_id="refund_no",
         defer_loading=True,
+        deprecation=deprecation,
     )(refund)
 
 
 def build_registry(
-    library_root: Path, *, refunds: list[str] | None = None, clock: Clock | None = None
+    library_root: Path,
+    *,
+    refunds: list[str] | None = None,
+    clock: Clock | None = None,
+    refund_deprecation: Deprecation | None = None,
 ) -> tuple[Registry, SkillLibrary]:
-    """The catalogue over the skills under `library_root` (written by `write_library`)."""
+    """The catalogue over the skills under `library_root` (written by `write_library`).
+
+    `refunds` collects the invoices the refund tool refunded.
+    """
     registry = Registry(clock=clock)
 
     @tool(risk=RiskLevel.L1_INTERNAL_READ, permissions={"assets.read"})
@@ -129,7 +138,7 @@ def build_registry(
 
     registry.register(asset_status)
     registry.register(_read(LOOKUP, "Look up one invoice by its number: state and total."))
-    registry.register(_refund([] if refunds is None else refunds))
+    registry.register(_refund([] if refunds is None else refunds, refund_deprecation))
     registry.register(
         _read(OTHER_TENANT, "Export every invoice of tenant two.", enabled_tenants={"t2"})
     )
