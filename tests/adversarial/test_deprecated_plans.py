@@ -74,7 +74,9 @@ class _Desk:
 
     def refusals(self) -> list[tuple[str | None, str | None]]:
         return [
-            (e.tool, e.code) for e in self.audit.events if e.kind == "plan" and e.decision == "refused"
+            (e.tool, e.code)
+            for e in self.audit.events
+            if e.kind == "plan" and e.decision == "refused"
         ]
 
 

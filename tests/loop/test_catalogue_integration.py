@@ -128,9 +128,7 @@ async def test_a_discovery_and_a_skill_survive_suspend_resume_elsewhere_and_repl
         data = read_run(record)
         assert [c.describe() for c in data.steps[-1].calls] == ["ok"]
         assert data.toolset == (
-            ToolsetChange(
-                step=1, kind="discovered", source="search_tools", names=(REFUND, LOOKUP)
-            ),
+            ToolsetChange(step=1, kind="discovered", source="search_tools", names=(REFUND, LOOKUP)),
             ToolsetChange(step=2, kind="skill", source="load_skill", names=(BILLING_SKILL,)),
         )
         replayer = ScriptedModelClient(data.replies)
@@ -147,4 +145,3 @@ async def test_a_discovery_and_a_skill_survive_suspend_resume_elsewhere_and_repl
         second.store.close()
     # The replay ran no write again.
     assert refunds == ["INV-7"]
-

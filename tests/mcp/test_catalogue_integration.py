@@ -113,8 +113,7 @@ async def test_search_then_call_then_a_skill_narrows_in_one_session_only(
         assert error_code(await first.call_tool(LOOKUP, {"invoice": "INV-7"})) is None
         # The confirmed write is planned, not run.
         assert (
-            error_code(await first.call_tool(REFUND, {"invoice": "INV-7"}))
-            == "NEEDS_CONFIRMATION"
+            error_code(await first.call_tool(REFUND, {"invoice": "INV-7"})) == "NEEDS_CONFIRMATION"
         )
 
         # The other session: nothing listed, nothing callable, nothing heard.
