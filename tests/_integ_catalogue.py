@@ -84,7 +84,7 @@ def write_library(root: Path) -> Path:
     return root
 
 
-def _read(name: str, description: str, **options: Any) -> Tool:  # noqa: ANN401 - tool() keywords
+def _read(name: str, description: str, **options: Any) -> Tool:
     async def read(invoice: INVOICE) -> dict[str, str]:
         return {"invoice": invoice, "state": "open", "by": name}
 

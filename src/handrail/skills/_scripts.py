@@ -15,7 +15,7 @@ from typing import Any
 
 from handrail.context import ToolContext
 from handrail.declare.definition import Tool
-from handrail.errors import ConfigurationError, NotFound, ToolFailed
+from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.skills._audit import SkillAudit
 from handrail.skills._meta import meta_tool
 from handrail.skills.library import SkillLibrary
@@ -44,6 +44,7 @@ class ScriptRunner:
         interpreters: Mapping[str, Sequence[str]],
     ) -> None:
         self._sandbox = sandbox
+        self._library = library
         self._where = _script_base(library.root, sandbox)
         self._interpreters = _checked_interpreters(interpreters)
         runnable: dict[str, tuple[str, ...]] = {}
@@ -86,8 +87,9 @@ class ScriptRunner:
             facts: dict[str, object] = {"skill": skill, "script": script}
             try:
                 argv = self.argv(skill, script)
-            except NotFound:
-                recorder.refused(ctx, "script", "NOT_FOUND", facts)
+                self._library.check_script(skill, script)
+            except (NotFound, InvalidArgument) as exc:
+                recorder.refused(ctx, "script", exc.code, facts)
                 raise
             try:
                 result = await self._sandbox.run(
