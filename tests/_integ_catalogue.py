@@ -151,3 +151,17 @@ def build_registry(
     for made in skill_tools(library, permissions=("skills.use",)):
         registry.register(made)
     return registry, library
+
+
+def example_catalogue() -> Registry:
+    """The catalogue example's registry over a database in the current directory.
+
+    For `handrail tools lint --app _integ_catalogue:example_catalogue`.
+    """
+    from examples.bookstore.data import BookstoreDb  # noqa: PLC0415 - only for this app
+    from examples.catalogue.demo import build_catalogue  # noqa: PLC0415
+
+    Path(".handrail").mkdir(exist_ok=True)
+    db = BookstoreDb.open(Path(".handrail") / "catalogue.db")
+    db.reset()
+    return build_catalogue(db).registry

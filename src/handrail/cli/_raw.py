@@ -78,7 +78,7 @@ def shown(text: str) -> str:
 
 
 def json_shown(value: object) -> str:
-    """`value` as indented JSON safe for a terminal: controls and bidi marks as \\u escapes.
+    r"""`value` as indented JSON safe for a terminal: controls and bidi marks as \u escapes.
 
     `json.dumps` escapes C0 controls but leaves C1 (CSI), DEL, separators and bidi
     overrides as they are; escaped the JSON way, the text stays JSON and reads the same.

@@ -107,7 +107,10 @@ class ScriptRunner:
             return {"skill": skill, "script": script, **report}
 
         timeout = configured + _CLEANUP_MARGIN_S
-        return meta_tool(name, description, properties, run, permissions, timeout=timeout)
+        example = {"skill": skills[0], "script": self.scripts[skills[0]][0]}
+        return meta_tool(
+            name, description, properties, run, permissions, timeout=timeout, example=example
+        )
 
 
 def _script_base(root: Path, sandbox: Sandbox) -> str:
