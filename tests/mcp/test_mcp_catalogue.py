@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp_types as types
 import pytest
 
@@ -34,7 +33,7 @@ from _integ_catalogue import (
     build_registry,
     write_library,
 )
-from _toolset_tools import error_code
+from _toolset_tools import Heard, error_code
 from handrail import Handrail, MemoryAuditSink, Principal
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
@@ -44,24 +43,6 @@ from mcp import Client
 pytestmark = pytest.mark.anyio
 
 WAIT = 30.0
-
-
-class _Heard:
-    """The list_changed notifications one client received."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.arrived = anyio.Event()
-
-    async def __call__(self, message: object) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self.count += 1
-            self.arrived.set()
-
-    async def next(self) -> None:
-        with anyio.fail_after(WAIT):
-            await self.arrived.wait()
-        self.arrived = anyio.Event()
 
 
 @pytest.fixture
@@ -93,7 +74,7 @@ async def test_search_then_call_then_a_skill_narrows_in_one_session_only(
     app, library = built
     caller: list[Principal] = [ALICE]
     server = GatedServer(app, principal=lambda: caller[0], skills=library)
-    one, two = _Heard(), _Heard()
+    one, two = Heard(), Heard()
     async with (
         Client(server.lowlevel, mode="legacy", message_handler=one) as first,
         Client(server.lowlevel, mode="legacy", message_handler=two) as second,
@@ -108,7 +89,7 @@ async def test_search_then_call_then_a_skill_narrows_in_one_session_only(
         assert (found["matches"], found["omitted"]) == (2, 0)
         hidden = json.dumps(found)
         assert all(name not in hidden for name in (OTHER_TENANT, DISABLED, PRIVILEGED))
-        await one.next()
+        await one.next(WAIT)
         assert await _names(first) == CORE | {LOOKUP, REFUND}
         assert error_code(await first.call_tool(LOOKUP, {"invoice": "INV-7"})) is None
         # The confirmed write is planned, not run.
@@ -125,7 +106,7 @@ async def test_search_then_call_then_a_skill_narrows_in_one_session_only(
         # catalogue tools; the asset tool outside the skill is gone.
         loaded = _data(await first.call_tool("load_skill", {"name": BILLING_SKILL}))
         assert loaded["skill"] == BILLING_SKILL
-        await one.next()
+        await one.next(WAIT)
         narrowed = {LOOKUP, REFUND, "search_tools", "load_skill", "read_skill_file"}
         assert await _names(first) == narrowed
         assert error_code(await first.call_tool("asset_status", {"asset_id": "a-1"})) == (
