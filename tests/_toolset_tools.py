@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import anyio
 import mcp_types as types
 from pydantic import Field
 
@@ -175,3 +176,22 @@ def names_of(tools: object) -> set[str]:
     """The names of a request's specs."""
     assert isinstance(tools, Sequence)
     return {spec.name for spec in tools}
+
+
+class Heard:
+    """The list_changed notifications one MCP client received (its message handler)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.arrived = anyio.Event()
+
+    async def __call__(self, message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+            self.arrived.set()
+
+    async def next(self, wait: float) -> None:
+        """Wait (at most `wait` seconds) for the next notification."""
+        with anyio.fail_after(wait):
+            await self.arrived.wait()
+        self.arrived = anyio.Event()

@@ -15,13 +15,12 @@ from contextlib import asynccontextmanager
 
 import anyio
 import httpx2
-import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 from starlette.types import ASGIApp
 
 from _mcp_http import running
-from _toolset_tools import Catalogue, error_code, library, register_catalogue
+from _toolset_tools import Catalogue, Heard, error_code, library, register_catalogue
 from handrail import Handrail, MemoryAuditSink, Principal, Registry
 from handrail.app import MEMORY
 from handrail.mcp import GatedServer
@@ -57,19 +56,6 @@ def app(sink: MemoryAuditSink) -> Iterator[Handrail]:
         yield opened
 
 
-class _Heard:
-    """The list_changed notifications one client received."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.arrived = anyio.Event()
-
-    async def __call__(self, message: object) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self.count += 1
-            self.arrived.set()
-
-
 async def _names(client: Client) -> set[str]:
     return {t.name for t in (await client.list_tools()).tools}
 
@@ -78,7 +64,7 @@ async def test_a_search_shows_its_tool_to_its_own_session_only(
     app: Handrail, sink: MemoryAuditSink
 ) -> None:
     server = GatedServer(app, principal=lambda: ALICE)
-    one, two = _Heard(), _Heard()
+    one, two = Heard(), Heard()
     async with (
         Client(server.lowlevel, mode="legacy", message_handler=one) as first,
         Client(server.lowlevel, mode="legacy", message_handler=two) as second,
@@ -135,7 +121,7 @@ async def test_another_caller_on_the_same_session_sees_none_of_it(app: Handrail)
 async def test_a_loaded_skill_narrows_its_sessions_list(
     app: Handrail, sink: MemoryAuditSink
 ) -> None:
-    heard = _Heard()
+    heard = Heard()
     server = GatedServer(app, principal=lambda: ALICE, skills=library())
     async with (
         Client(server.lowlevel, mode="legacy", message_handler=heard) as client,

@@ -77,6 +77,16 @@ def shown(text: str) -> str:
     return _UNSAFE.sub(_escaped, text)
 
 
+def json_shown(value: object) -> str:
+    r"""`value` as indented JSON safe for a terminal: controls and bidi marks as \u escapes.
+
+    `json.dumps` escapes C0 controls but leaves C1 (CSI), DEL, separators and bidi
+    overrides as they are; escaped the JSON way, the text stays JSON and reads the same.
+    """
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _UNSAFE_IN_BODY.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
 def _shown_body(text: str) -> str:
     # Like `shown`, but line feeds and tabs stay: they move nothing but the cursor's line.
     return _UNSAFE_IN_BODY.sub(_escaped, text)

@@ -23,7 +23,7 @@ from handrail.cli._common import (
     load_registry,
     one_line_errors,
 )
-from handrail.cli._raw import shown
+from handrail.cli._raw import json_shown, shown
 
 if TYPE_CHECKING:
     from handrail.declare.catalogue import Change
@@ -75,7 +75,7 @@ def lint_tools(
     errors = sum(f.severity is Severity.ERROR for f in findings)
     if as_json:
         document = {"errors": errors, "findings": [f.document() for f in findings]}
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        typer.echo(json_shown(document))
     else:
         table = folding_table(
             "severity",
@@ -112,7 +112,7 @@ def diff_catalogues(
     changes = diff(Catalogue.load(old), Catalogue.load(new))
     if as_json:
         document = {"changes": [change.document() for change in changes]}
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        typer.echo(json_shown(document))
         return
     table = folding_table(
         "tool",

@@ -149,6 +149,8 @@ _VAGUE_PHRASES = re.compile(
     re.IGNORECASE,
 )
 _MAX_LISTED = 10
+_FIXED_NAMES = frozenset({"search_tools", "load_skill", "read_skill_file", "run_skill_script"})
+"""The catalogue tools' names, fixed by Handrail: nobody can rename them, so no vague-name."""
 _VERBS = frozenset(SYNONYMS.values())
 _ORDER = {severity: rank for rank, severity in enumerate(Severity)}
 
@@ -178,7 +180,7 @@ def lint(
 
 def _tool_findings(spec: ToolSpec) -> Iterator[Finding]:
     words = name_words(spec.name.rpartition(".")[2])
-    if not words - VAGUE_WORDS - _VERBS:
+    if not words - VAGUE_WORDS - _VERBS and spec.name not in _FIXED_NAMES:
         yield Finding(
             rule=Rule.VAGUE_NAME,
             tool=spec.name,

@@ -179,6 +179,20 @@ class Registry:
             return None
         return found
 
+    def retired_tool(self, name: str, principal: Principal) -> Tool | None:
+        """The tool `lookup` refuses only for being past its deprecation day, else None.
+
+        Never to run it: only to answer with an outcome it recorded before its day
+        (a retry of a plan it executed then). Barred, disabled or unknown tools: None.
+        """
+        found = self._tools.get(name)
+        if found is None or found.spec.deprecation is None:
+            return None
+        spec = found.spec
+        if barred(spec, principal.tenant_id) is not None:
+            return None
+        return found if retired(spec, utc_day(self._clock)) else None
+
     @property
     def today(self) -> date:
         """The UTC day by the registry's clock: the day deprecations are judged by."""

@@ -28,6 +28,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from datetime import date
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
@@ -208,7 +209,7 @@ class GatedServer:
         # Exposure of each (tenant, permissions), valid for one registry generation.
         self._generations = itertools.count(1)
         self._generation = 0
-        self._exposures: dict[tuple[str, frozenset[str]], tuple[int, Exposure]] = {}
+        self._exposures: dict[tuple[str, frozenset[str]], tuple[tuple[int, date], Exposure]] = {}
         self._unsubscribe = app.registry.subscribe(self._registry_changed)
 
     @property
@@ -330,9 +331,13 @@ class GatedServer:
         return self._exposure(principal) if changed is None else changed
 
     def _exposure(self, principal: Principal) -> Exposure:
-        """What this principal is shown, remembered until the registry changes."""
+        """What this principal is shown, remembered until the registry or the day changes.
+
+        The day is the registry's (deprecations): a tool leaves the list at midnight
+        without any registration.
+        """
         key = (principal.tenant_id, principal.permissions)
-        generation = self._generation
+        generation = (self._generation, self._app.registry.today)
         cached = self._exposures.get(key)
         if cached is not None and cached[0] == generation:
             return cached[1]

@@ -15,7 +15,10 @@ from handrail.envelope import Trust
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import RiskLevel, SideEffect
 
-__all__ = ["meta_tool"]
+__all__ = ["META_OWNER", "meta_tool"]
+
+META_OWNER = "handrail"
+"""The owner declared by the catalogue tools whose names and behaviour Handrail fixes."""
 
 
 def meta_tool(
@@ -26,8 +29,12 @@ def meta_tool(
     permissions: tuple[str, ...],
     *,
     timeout: float,
+    example: Mapping[str, Any],
 ) -> Tool:
-    """A read-only L1 tool taking exactly `properties`, all required; results untrusted."""
+    """A read-only L1 tool taking exactly `properties`, all required; results untrusted.
+
+    Owned by "handrail" (the names are fixed), with one `example` call for lint and people.
+    """
     schema = {
         "type": "object",
         "properties": {key: dict(value) for key, value in properties.items()},
@@ -44,4 +51,6 @@ def meta_tool(
         permissions=permissions,
         timeout=timeout,
         results=ResultPolicy(trust=Trust.UNTRUSTED),
+        owner=META_OWNER,
+        examples=(dict(example),),
     )

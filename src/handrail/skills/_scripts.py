@@ -15,7 +15,7 @@ from typing import Any
 
 from handrail.context import ToolContext
 from handrail.declare.definition import Tool
-from handrail.errors import ConfigurationError, NotFound, ToolFailed
+from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.skills._audit import SkillAudit
 from handrail.skills._meta import meta_tool
 from handrail.skills.library import SkillLibrary
@@ -44,6 +44,7 @@ class ScriptRunner:
         interpreters: Mapping[str, Sequence[str]],
     ) -> None:
         self._sandbox = sandbox
+        self._library = library
         self._where = _script_base(library.root, sandbox)
         self._interpreters = _checked_interpreters(interpreters)
         runnable: dict[str, tuple[str, ...]] = {}
@@ -86,8 +87,9 @@ class ScriptRunner:
             facts: dict[str, object] = {"skill": skill, "script": script}
             try:
                 argv = self.argv(skill, script)
-            except NotFound:
-                recorder.refused(ctx, "script", "NOT_FOUND", facts)
+                self._library.check_script(skill, script)
+            except (NotFound, InvalidArgument) as exc:
+                recorder.refused(ctx, "script", exc.code, facts)
                 raise
             try:
                 result = await self._sandbox.run(
@@ -105,7 +107,10 @@ class ScriptRunner:
             return {"skill": skill, "script": script, **report}
 
         timeout = configured + _CLEANUP_MARGIN_S
-        return meta_tool(name, description, properties, run, permissions, timeout=timeout)
+        example = {"skill": skills[0], "script": self.scripts[skills[0]][0]}
+        return meta_tool(
+            name, description, properties, run, permissions, timeout=timeout, example=example
+        )
 
 
 def _script_base(root: Path, sandbox: Sandbox) -> str:

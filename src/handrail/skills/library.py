@@ -114,6 +114,21 @@ class SkillLibrary:
         inside = WorkspaceFile((name, *file.parts))
         return read_bounded(self._files, inside, self._limits.max_file_bytes)
 
+    def check_script(self, name: str, path: str) -> None:
+        """Refuse a listed script that is no longer the plain file checked on load.
+
+        Run just before the sandbox starts it: a script swapped since for a symbolic
+        link (anywhere on its path), a file with several hard links or a non-regular
+        file is refused InvalidArgument, a removed one NotFound, so its target is never
+        run. (A swap between this check and the sandbox's start is the host's to
+        prevent: keep the library read-only to everyone but its deployer.)
+        """
+        skill = self._skills.get(name)
+        if skill is None or path not in skill.scripts:
+            raise NotFound(f"{path!r} is not a script of skill {name!r}.")
+        file = self._files.relative(path)
+        read_bounded(self._files, WorkspaceFile((name, *file.parts)), self._limits.max_file_bytes)
+
 
 def check_library(
     root: Path,

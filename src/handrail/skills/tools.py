@@ -128,7 +128,10 @@ def _load_skill(
             "scripts": [] if runner is None else list(runner.scripts.get(name, ())),
         }
 
-    return meta_tool(LOAD_SKILL, description, properties, load, permissions, timeout=_TIMEOUT)
+    example = {"name": library.names[0]}
+    return meta_tool(
+        LOAD_SKILL, description, properties, load, permissions, timeout=_TIMEOUT, example=example
+    )
 
 
 def _read_skill_file(
@@ -179,4 +182,14 @@ def _read_skill_file(
             "total_chars": len(text),
         }
 
-    return meta_tool(READ_SKILL_FILE, description, properties, read, permissions, timeout=_TIMEOUT)
+    first = library.get(with_references[0])
+    example = {"skill": first.name, "path": first.references[0]}
+    return meta_tool(
+        READ_SKILL_FILE,
+        description,
+        properties,
+        read,
+        permissions,
+        timeout=_TIMEOUT,
+        example=example,
+    )

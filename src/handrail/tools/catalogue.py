@@ -125,6 +125,8 @@ def search_tools_tool(
         risk=RiskLevel.L0_PUBLIC_READ,
         side_effect=SideEffect.NONE,
         hints=ToolHints(read_only=True, idempotent=True, open_world=False),
+        owner="handrail",  # the name and behaviour are Handrail's, fixed
+        examples=({"query": "refund an order"},),
         # The answer is sized by the tool itself, by whole definitions: the shaper's
         # budget is the same, so it never cuts a definition apart, and definitions are
         # the registry's own text, so there is nothing to redact or keep.

@@ -460,12 +460,18 @@ class Decisions:
                 and permission in principal.permissions
                 and principal.user_id != plan.user_id
             )
-        if not allowed or tool is None:
+        if not allowed:
             raise self.refuse(
                 plan,
                 principal,
                 ErrorCode.PERMISSION_DENIED,
                 "You may not confirm or approve this plan.",
+            )
+        if tool is None:
+            # Removed, disabled or past its deprecation day since it was planned: the
+            # person who may decide is told so, not that they may not decide.
+            raise self.refuse(
+                plan, principal, ErrorCode.UNKNOWN_TOOL, "The plan's tool is no longer available."
             )
         if self._clock.now() >= plan.expires_at:
             # A confirmed plan is not expired here: its execution may have started, and

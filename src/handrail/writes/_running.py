@@ -168,22 +168,17 @@ class Runner:
             )
         tool = self._registry.lookup(plan.tool, principal)
         if tool is None:
+            earlier = await self._ran_before_retirement(
+                plan, principal, started=started, timeout=timeout, call_id=call_id
+            )
+            if earlier is not None:
+                return earlier
             raise self._decisions.refuse(
                 plan, principal, ErrorCode.UNKNOWN_TOOL, "The plan's tool is no longer available."
             )
-        budget = tool.spec.timeout if timeout is None else min(timeout, tool.spec.timeout)
-        deadline = started + budget
+        deadline = started + _budget(tool, timeout)
         key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
-        job = WriteJob(
-            tool=tool,
-            arguments=plan.argument_values,
-            principal=principal,
-            key=key,
-            plan_hash=plan.plan_hash,
-            plan_id=plan.plan_id,
-            expected_version=plan.expected_version,
-            call_id=call_id,
-        )
+        job = _plan_job(plan, tool, principal, key, call_id)
         if record is None:
             self._decisions.check_content(plan, tool, principal)
         else:
@@ -259,6 +254,34 @@ class Runner:
                 "The target's version could not be checked; nothing was written.",
             ) from None
         return (None if current is None else str(current)) != plan.expected_version
+
+    async def _ran_before_retirement(
+        self,
+        plan: Plan,
+        principal: Principal,
+        *,
+        started: float,
+        timeout: float | None,
+        call_id: str,
+    ) -> WriteOutcome | None:
+        """The recorded outcome of a plan whose tool ran before its deprecation day.
+
+        A tool past its day never runs again, but what it did before still answers a
+        retry of the same plan (replayed, never re-run), instead of UNKNOWN_TOOL that
+        would tell the model nothing was done. None when there is no such outcome: no
+        record, one never started (PREPARED), or a tool refused for any other reason.
+        """
+        tool = self._registry.retired_tool(plan.tool, principal)
+        if tool is None:
+            return None
+        key = plan_key(tenant_id=plan.tenant_id, tool=plan.tool, plan_id=plan.plan_id)
+        existing = await self._io(self._store.get_execution, key)
+        if existing is None or existing.status is ExecutionStatus.PREPARED:
+            return None
+        job = _plan_job(plan, tool, principal, key, call_id)
+        deadline = started + _budget(tool, timeout)
+        replayed = await self._executor.replay(job, existing, deadline=deadline)
+        return await self._shaped(replayed, principal)
 
     async def _not_runnable(
         self,
@@ -340,3 +363,22 @@ class Runner:
             ledger=self._ledger,
         )
         return dataclasses.replace(outcome, envelope=shaped)
+
+
+def _budget(tool: Tool, timeout: float | None) -> float:
+    """A plan's run budget: the tool's timeout, or the caller's when shorter."""
+    return tool.spec.timeout if timeout is None else min(timeout, tool.spec.timeout)
+
+
+def _plan_job(plan: Plan, tool: Tool, principal: Principal, key: str, call_id: str) -> WriteJob:
+    """The write job of running (or replaying) `plan` under its key."""
+    return WriteJob(
+        tool=tool,
+        arguments=plan.argument_values,
+        principal=principal,
+        key=key,
+        plan_hash=plan.plan_hash,
+        plan_id=plan.plan_id,
+        expected_version=plan.expected_version,
+        call_id=call_id,
+    )
