@@ -151,7 +151,7 @@ class TaskSubmission:
         Exponential from `backoff_seconds`, capped at `max_backoff_seconds`; a tool's own
         `retry_after` is honoured when longer.
         """
-        delay = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** max(0, attempt - 1))
+        delay = min(self.max_backoff_seconds, self.backoff_seconds * 2.0 ** max(0, attempt - 1))
         return max(delay, retry_after or 0.0)
 
     def to_json(self) -> str:
