@@ -39,6 +39,7 @@ from handrail.spec import (
     RetryPolicy,
     RiskLevel,
     SideEffect,
+    TaskMode,
     ToolHints,
     ToolSpec,
 )
@@ -239,6 +240,7 @@ class Tool:
         examples: Iterable[Mapping[str, Any]] = (),
         rate_limit: str | None = None,
         deprecation: Deprecation | None = None,
+        runs_as: TaskMode | None = None,
         business_values: Mapping[str, BusinessValue] | None = None,
         schemas: SchemaStore | None = None,
     ) -> Tool:
@@ -288,6 +290,7 @@ class Tool:
                 examples=tuple(examples),
                 rate_limit=rate_limit,
                 deprecation=deprecation,
+                task=runs_as,
             ),
             business_values=prepared.business_values,
         )
@@ -348,6 +351,7 @@ class _Catalogue:
     examples: tuple[Mapping[str, Any], ...]
     rate_limit: str | None
     deprecation: Deprecation | None
+    task: TaskMode | None = None
 
 
 def _build_spec(
@@ -410,6 +414,7 @@ def _build_spec(
         examples=catalogue.examples,
         rate_limit=catalogue.rate_limit,
         deprecation=catalogue.deprecation,
+        task=catalogue.task,
     )
 
 
@@ -486,6 +491,7 @@ def tool(
     examples: Iterable[Mapping[str, Any]] = (),
     rate_limit: str | None = None,
     deprecation: Deprecation | None = None,
+    runs_as: TaskMode | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function; the signature becomes its schema.
 
@@ -510,6 +516,10 @@ def tool(
       downstream object's id, kept in the execution record and the WriteOutcome.
 
     `resolve_version`, `impact` and `reconcile` are refused on a tool that only reads.
+
+    `runs_as=TaskMode(...)` makes the function the body of an asynchronous task: bind
+    the tool with `handrail.tasks.TaskService.bind` before registering it; the body
+    reaches its steps, effects and progress through `ctx.task` (a ToolContext parameter).
     """
 
     def decorate(fn: Callable[..., Any]) -> Tool:
@@ -548,6 +558,7 @@ def tool(
                 examples=tuple(examples),
                 rate_limit=rate_limit,
                 deprecation=deprecation,
+                task=runs_as,
             ),
             business_values=derived.business_values,
         )
@@ -563,7 +574,10 @@ def tool(
             _model=derived.model,
             validators=validators_,
             needs_context=bool(
-                derived.context_parameter is not None or derived.trusted or validators_,
+                derived.context_parameter is not None
+                or derived.trusted
+                or validators_
+                or runs_as is not None,
             ),
             resolve_version=resolve_version,
             impact=impact,

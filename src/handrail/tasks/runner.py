@@ -7,6 +7,8 @@ steps. The runner is the authority on execution; the task record Handrail keeps 
 the `TaskHost` every runner is given) is what people and models read.
 
 This module holds only values and Protocols: no engine, no store, no process state.
+`TaskState` and `TaskScope` live in `handrail.tasking` (the core needs them: the store
+and `ToolContext.task`) and are re-exported here as part of the seam.
 Implementations: `handrail.tasks.memory.InMemoryTaskRunner` (tests, one process) and
 `handrail.tasks.dbos.DbosTaskRunner` (durable, several workers).
 """
@@ -17,12 +19,12 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from handrail.errors import ErrorCode, ToolRetryable, ToolSignal
 from handrail.principal import Principal
+from handrail.tasking import TERMINAL_STATES, TaskScope, TaskState
 
 __all__ = [
     "TERMINAL_STATES",
@@ -39,26 +41,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class TaskState(StrEnum):
-    """The life of a task: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED | EXPIRED.
-
-    A retry moves RUNNING back to QUEUED (with a later `retry_at`); terminal states
-    never change again.
-    """
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-
-
-TERMINAL_STATES = frozenset(
-    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.EXPIRED},
-)
 
 
 class TaskCancelled(Exception):  # noqa: N818 - a signal that unwinds a task body, not a fault
@@ -182,59 +164,6 @@ class TaskSubmission:
         data["submitted_at"] = datetime.fromisoformat(data["submitted_at"])
         data["expires_at"] = datetime.fromisoformat(data["expires_at"])
         return cls(**data)
-
-
-class TaskScope(Protocol):
-    """What a running task body may do: checkpointed steps, progress, exactly-once effects.
-
-    A runner builds one scope per attempt. Before every `step`, `effect` and `progress`
-    the scope calls `TaskHost.checkpoint` (heartbeat + cancellation/expiry check), so
-    cancellation and expiry are noticed at the next step boundary as `TaskCancelled` /
-    `TaskExpired` raised into the body. Step names must be unique within one task.
-    """
-
-    @property
-    def task_id(self) -> str:
-        """The task's id."""
-        ...
-
-    @property
-    def principal(self) -> Principal:
-        """Who the task runs as (never anything the model wrote)."""
-        ...
-
-    @property
-    def attempt(self) -> int:
-        """1 for the first attempt; a retry or a recovery after a dead worker counts up."""
-        ...
-
-    async def step(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run `fn` once and checkpoint its JSON-serialisable result under `name`.
-
-        Guarantee: a step that finished in an earlier attempt (or on a dead worker) is
-        not run again; its checkpointed result is returned. A step that had started but
-        not finished is run again, so a step must be safe to repeat (use `effect` for
-        an external write).
-        """
-        ...
-
-    async def effect(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run an external write exactly once, through Handrail's execution record.
-
-        Guarantee: the write is keyed by (task id, `name`); a finished effect returns its
-        recorded result without running again; an effect whose outcome is unproven
-        (crash or timeout while running) is not run again and fails the task with
-        OUTCOME_UNKNOWN until reconciled. Implemented by `TaskHost.effect`.
-        """
-        ...
-
-    async def progress(self, fraction: float, message: str | None = None) -> None:
-        """Report progress (0..1, clamped) and an optional short message for people.
-
-        Also a heartbeat and a cancellation/expiry check. The message is untrusted text
-        for display: the host bounds and sanitises it before storing.
-        """
-        ...
 
 
 TaskBody = Callable[[Mapping[str, Any], TaskScope], Awaitable[Any]]
