@@ -22,7 +22,7 @@ from handrail.context import ToolContext
 from handrail.declare.schema import ArgumentValidator, compile_validator, derive_signature
 from handrail.declare.schema import prepare_raw_schema as _prepare_raw_schema
 from handrail.declare.schema_store import SchemaStore
-from handrail.errors import ErrorCode, Refusal, RegistrationError
+from handrail.errors import ConfigurationError, ErrorCode, Refusal, RegistrationError
 from handrail.fencing import run_in_thread
 from handrail.paths import json_path
 from handrail.plans import Impact
@@ -307,7 +307,7 @@ class Tool:
 
         return cls(
             spec=spec,
-            _invoke=invoke,
+            _invoke=invoke if runs_as is None else _task_only(invoke, name),
             _validator=compile_validator(facing),
             _model=None,
             validators=tuple(validators),
@@ -459,6 +459,19 @@ def _signature_invoker(
     return invoke
 
 
+def _task_only(invoke: _Invoke, name: str) -> _Invoke:
+    """A task tool's body runs only inside its task (with `ctx.task`), never inline."""
+
+    def run(bound: BoundArguments, ctx: ToolContext | None) -> Coroutine[Any, Any, object]:
+        if ctx is None or ctx.task is None:
+            raise ConfigurationError(
+                f"tool {name!r} runs as a task: register TaskService.bind(tool), not the tool"
+            )
+        return invoke(bound, ctx)
+
+    return run
+
+
 def tool(
     *,
     risk: RiskLevel,
@@ -530,6 +543,9 @@ def tool(
             raise RegistrationError(f"tool {full_name!r} needs a description or a docstring")
         derived = derive_signature(fn, full_name)
         validators_ = tuple(validators)
+        invoke = _signature_invoker(
+            fn, derived.context_parameter, derived.trusted, is_async=derived.is_async
+        )
         spec = _build_spec(
             name=full_name,
             description=text,
@@ -564,12 +580,7 @@ def tool(
         )
         return Tool(
             spec=spec,
-            _invoke=_signature_invoker(
-                fn,
-                derived.context_parameter,
-                derived.trusted,
-                is_async=derived.is_async,
-            ),
+            _invoke=invoke if runs_as is None else _task_only(invoke, full_name),
             _validator=compile_validator(derived.json_schema),
             _model=derived.model,
             validators=validators_,
