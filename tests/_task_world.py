@@ -73,9 +73,14 @@ def summary_tool(gauge: Gauge, *, mode: TaskMode | None = None) -> Tool:
                 raise ToolRetryable("the warehouse is busy")
             return list(range(rows))
 
+        async def finish() -> int:
+            gauge.steps["finish"] += 1
+            return len(data)
+
         total = await scope.step("count", count)
         await scope.progress(0.5, gauge.message)
         data = await scope.step("load", load)
+        await scope.step("finish", finish)
         return {"rows": total, "data": data}
 
     return summarise
