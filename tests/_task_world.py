@@ -165,7 +165,7 @@ def task_world(store: Store, *, mode: TaskMode | None = None, raw: bool = True) 
     bodies: dict[str, Any] = {}
     original = runner.register
 
-    def remember(name: str, body: Any) -> None:  # noqa: ANN401 - a TaskBody
+    def remember(name: str, body: Any) -> None:
         bodies[name] = body
         original(name, body)
 

@@ -91,8 +91,8 @@ async def _never() -> None:  # pragma: no cover - a step that must not run
     raise AssertionError
 
 
-async def _submit_body(world: TaskWorld, body: Any) -> str:  # noqa: ANN401 - a TaskBody
-    world.runner._bodies["summarise"] = body  # noqa: SLF001 - swap the body under test
+async def _submit_body(world: TaskWorld, body: Any) -> str:
+    world.runner._bodies["summarise"] = body
     return await _submit(world)
 
 
@@ -137,7 +137,7 @@ async def test_a_transient_error_is_retried_with_backoff_and_then_succeeds() -> 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    world.runner._sleep = sleep  # noqa: SLF001 - record the backoff
+    world.runner._sleep = sleep
     world.gauge.transient_failures = 2
     world.gauge.release.set()
     await world.runner.start()
@@ -211,7 +211,7 @@ async def test_a_queues_concurrency_limit_holds() -> None:
 
     runner.register("summarise", body)
     world.runner = runner
-    world.service._runner = runner  # noqa: SLF001 - the limited runner under test
+    world.service._runner = runner
     await runner.start()
     ids = [await _submit(world, rows) for rows in range(3)]
     for _ in ids:
@@ -260,7 +260,7 @@ async def test_a_retry_waits_at_least_what_the_tool_asked() -> None:
             raise ToolRetryable("later", retry_after=30)
         return "ok"
 
-    world.runner._sleep = sleep  # noqa: SLF001 - record the backoff
+    world.runner._sleep = sleep
     await world.runner.start()
     task_id = await _submit_body(world, body)
     await world.runner.drain()

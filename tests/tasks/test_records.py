@@ -86,7 +86,7 @@ async def test_only_the_owner_or_a_manager_cancels_and_twice_is_one_cancellation
 
 async def test_an_effect_without_an_executor_is_refused() -> None:
     world = task_world(MemoryStore())
-    world.records._effects = None  # noqa: SLF001 - records built without effects
+    world.records._effects = None
     task_id = await _queued(world)
     submission = world.journal.submissions[task_id]
 
