@@ -44,6 +44,7 @@ def store_path(tmp_path: Path) -> str:
         store.insert_task(_task(2, state=TaskState.RUNNING, progress_message="half \u2713 done"))
         store.insert_task(_task(3, tenant_id="t2"))
         store.insert_task(_task(4, state=TaskState.SUCCEEDED, result='{"rows": 3}'))
+        store.insert_task(_task(5, state=TaskState.SUCCEEDED, result_ref="raw_big", tenant_id="t3"))
     finally:
         store.close()
     return str(path)
@@ -75,6 +76,8 @@ def test_show_prints_the_task_as_ascii_json(store_path: str) -> None:
     assert "\u2713" not in out
     done = json.loads(_run("show", f"task_{4:032x}", "--store", store_path, "--tenant", "t1")[1])
     assert done["result"] == {"rows": 3}
+    big = json.loads(_run("show", f"task_{5:032x}", "--store", store_path, "--tenant", "t3")[1])
+    assert big["result_ref"] == "raw_big"
 
 
 def test_another_tenants_task_is_not_found_like_a_missing_one(store_path: str) -> None:

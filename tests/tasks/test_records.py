@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -104,5 +105,15 @@ async def test_without_a_raw_store_a_large_result_is_kept_whole() -> None:
     envelope = await world.call("summarise", '{"rows": 2000}')
     world.gauge.release.set()
     await world.runner.drain()
-    status = await world.service.status(str(envelope.data["task_id"]), ALICE)
+    task_id = str(envelope.data["task_id"])
+    status = await world.service.status(task_id, ALICE)
     assert len(status["result"]["data"]) == 2000
+    assert json.loads(await world.service.download(task_id, ALICE)) == status["result"]
+
+
+async def test_a_task_without_a_result_has_nothing_to_download() -> None:
+    world = task_world(MemoryStore())
+    task_id = await _queued(world)
+    with pytest.raises(AccessRefusedError) as refused:
+        await world.service.download(task_id, ALICE)
+    assert refused.value.code is ErrorCode.NOT_FOUND

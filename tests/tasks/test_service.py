@@ -5,6 +5,8 @@ Every test runs on each store (memory, SQLite, PostgreSQL).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from _task_world import ALICE, BOB, TaskWorld, task_world
@@ -84,10 +86,14 @@ async def test_a_large_result_goes_to_the_raw_store_by_reference(world: TaskWorl
     status = await world.service.status(str(envelope.data["task_id"]), ALICE)
     assert status["state"] == "succeeded"
     assert "result" not in status
-    assert status["result_ref"].startswith("raw_")
-    record = await world.records.get(str(envelope.data["task_id"]), ALICE)
+    assert "result_ref" not in status
+    task_id = str(envelope.data["task_id"])
+    record = await world.records.get(task_id, ALICE)
     assert record.result is None
-    assert world.store.get_raw(status["result_ref"]) is not None
+    assert record.result_ref is not None
+    assert world.store.get_raw(record.result_ref) is not None
+    whole = json.loads(await world.service.download(task_id, ALICE))
+    assert len(whole["data"]) == 2000
 
 
 async def test_a_listing_and_status_are_described_alike(world: TaskWorld) -> None:

@@ -132,7 +132,7 @@ def show_task(task_id: TaskId, *, store: StoreOption, tenant: TaskTenant) -> Non
             raise _refused(exc, task_id, tenant) from None
     finally:
         opened.close()
-    view: dict[str, Any] = describe(record)
+    view: dict[str, Any] = describe(record, people=True)
     view |= {
         "user": record.user_id,
         "queue": record.queue,

@@ -128,6 +128,15 @@ class TaskRecords:
             raise AccessRefusedError(ErrorCode.NOT_FOUND, _NOT_FOUND)
         return record
 
+    async def result(self, task_id: str, principal: Principal) -> bytes:
+        """A finished task's whole result as JSON bytes (see `TaskService.download`)."""
+        record = await self.get(task_id, principal)
+        if record.result_ref is not None and self._raw is not None:
+            return (await self._raw.aread(record.result_ref, principal)).body
+        if record.result is None:
+            raise AccessRefusedError(ErrorCode.NOT_FOUND, "The task has no result.")
+        return record.result.encode()
+
     async def list(
         self, principal: Principal, *, state: TaskState | None = None, limit: int = 100
     ) -> list[TaskRecord]:

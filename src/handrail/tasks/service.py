@@ -51,8 +51,12 @@ def _read_key(principal: Principal, tool: str, arguments: Mapping[str, Any]) -> 
     return "hk1_" + sha256_hex(canonical_json(document))
 
 
-def describe(record: TaskRecord) -> dict[str, Any]:
-    """What a status answer says about a task (to a model or a person)."""
+def describe(record: TaskRecord, *, people: bool = False) -> dict[str, Any]:
+    """What a status answer says about a task; `people` adds the raw store's reference.
+
+    A model is told only that a large result is kept: the reference is a bearer-like
+    token it has no use for; the host downloads by task id (`TaskService.download`).
+    """
     view: dict[str, Any] = {
         "task_id": record.task_id,
         "tool": record.tool,
@@ -71,8 +75,9 @@ def describe(record: TaskRecord) -> dict[str, Any]:
         view["error_message"] = record.error_message
     if record.state is TaskState.SUCCEEDED:
         if record.result_ref is not None:
-            view["result_ref"] = record.result_ref
-            view["result_note"] = "The result is large; people can open it by this reference."
+            view["result_kept"] = "too large to show here; the user can download it"
+            if people:
+                view["result_ref"] = record.result_ref
         else:
             view["result"] = result_value(record)
     return view
@@ -187,6 +192,15 @@ class TaskService:
         if record.state is TaskState.RUNNING:
             await self._runner.cancel(task_id)
         return describe(record)
+
+    async def download(self, task_id: str, principal: Principal) -> bytes:
+        """The whole result of a finished task of the principal's tenant (JSON bytes).
+
+        The controlled download: NOT_FOUND for another tenant's task, one without a
+        result, or an expired one; a large result is read from the raw store as
+        `RawResults.read` allows (its owner, or a holder of the raw-read permission).
+        """
+        return await self._records.result(task_id, principal)
 
     async def list(
         self, principal: Principal, *, state: TaskState | None = None, limit: int = 100
