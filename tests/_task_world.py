@@ -141,10 +141,8 @@ class TaskWorld:
         runner = InMemoryTaskRunner(
             self.records, clock=self.clock, sleep=no_wait, worker="w2", journal=self.journal
         )
-        runner.register("summarise", self.runner_bodies["summarise"])
+        runner.register("summarise", self.runner._bodies["summarise"])
         return runner
-
-    runner_bodies: dict[str, Any] = field(default_factory=dict)
 
 
 def task_world(store: Store, *, mode: TaskMode | None = None, raw: bool = True) -> TaskWorld:
@@ -162,14 +160,6 @@ def task_world(store: Store, *, mode: TaskMode | None = None, raw: bool = True) 
     )
     journal = MemoryJournal()
     runner = InMemoryTaskRunner(records, clock=clock, sleep=no_wait, worker="w1", journal=journal)
-    bodies: dict[str, Any] = {}
-    original = runner.register
-
-    def remember(name: str, body: Any) -> None:
-        bodies[name] = body
-        original(name, body)
-
-    runner.register = remember  # type: ignore[method-assign]
     service = TaskService(records, runner, clock=clock)
     registry.register(service.bind(summary_tool(gauge, mode=mode)))
     registry.register(service.bind(export_tool(gauge)))
@@ -187,5 +177,4 @@ def task_world(store: Store, *, mode: TaskMode | None = None, raw: bool = True) 
         writes=writes,
         gate=gate,
         journal=journal,
-        runner_bodies=bodies,
     )

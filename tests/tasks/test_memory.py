@@ -228,7 +228,7 @@ async def test_submitting_an_id_twice_is_one_task_and_bodies_register_once() -> 
     submission = world.journal.submissions[task_id]
     assert not await world.runner.submit(submission)
     with pytest.raises(ConfigurationError):
-        world.runner.register("summarise", world.runner_bodies["summarise"])
+        world.runner.register("summarise", world.runner._bodies["summarise"])
     other = InMemoryTaskRunner(world.records, clock=world.clock)
     with pytest.raises(ConfigurationError):
         await other.submit(submission)
