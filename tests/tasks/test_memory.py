@@ -163,11 +163,20 @@ async def test_transient_errors_past_the_last_attempt_fail_once() -> None:
     assert world.gauge.steps["load"] == 2
 
 
-async def test_a_final_error_fails_at_once_with_its_code() -> None:
+@pytest.mark.parametrize(
+    ("raised", "message"),
+    [
+        (ToolFailed("the region has no orders"), "the region has no orders"),
+        (RuntimeError("/etc/secret path"), None),  # undeclared: its text is never kept
+    ],
+)
+async def test_a_final_error_fails_at_once_with_its_code(
+    raised: Exception, message: str | None
+) -> None:
     world = _world()
 
     async def body(_arguments: Mapping[str, Any], _scope: TaskScope) -> None:
-        raise ToolFailed("the region has no orders")
+        raise raised
 
     await world.runner.start()
     task_id = await _submit_body(world, body)
@@ -176,21 +185,7 @@ async def test_a_final_error_fails_at_once_with_its_code() -> None:
     assert record.state is TaskState.FAILED
     assert record.attempts == 1
     assert record.error_code == ErrorCode.FAILED_FINAL
-    assert record.error_message == "the region has no orders"
-
-
-async def test_an_undeclared_error_fails_without_its_text() -> None:
-    world = _world()
-
-    async def body(_arguments: Mapping[str, Any], _scope: TaskScope) -> None:
-        raise RuntimeError("/etc/secret path")
-
-    await world.runner.start()
-    task_id = await _submit_body(world, body)
-    await world.runner.drain()
-    record = await world.records.get(task_id, ALICE)
-    assert record.state is TaskState.FAILED
-    assert record.error_message is None
+    assert record.error_message == message
 
 
 async def test_a_queues_concurrency_limit_holds() -> None:
