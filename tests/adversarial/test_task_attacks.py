@@ -70,6 +70,7 @@ async def test_forged_ids_are_not_found_and_never_reach_another_record(
     assert cancel.error_type in {ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
 
 
+@pytest.mark.invariant(4)
 async def test_the_same_intent_sent_many_times_at_once_is_one_task(world: TaskWorld) -> None:
     envelopes = await asyncio.gather(*(world.call("summarise", '{"rows": 2}') for _ in range(8)))
     assert len({e.data["task_id"] for e in envelopes}) == 1

@@ -50,6 +50,7 @@ async def test_an_effect_runs_once_even_when_a_later_step_makes_the_task_retry()
     assert record.status is ExecutionStatus.SUCCEEDED
 
 
+@pytest.mark.invariant(6)
 async def test_an_effect_whose_response_was_lost_is_unknown_and_never_run_again() -> None:
     world = task_world(MemoryStore())
     calls: list[str] = []
