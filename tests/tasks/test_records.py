@@ -117,3 +117,15 @@ async def test_a_task_without_a_result_has_nothing_to_download() -> None:
     with pytest.raises(AccessRefusedError) as refused:
         await world.service.download(task_id, ALICE)
     assert refused.value.code is ErrorCode.NOT_FOUND
+
+
+async def test_a_task_nobody_ran_before_its_expiry_reads_as_expired() -> None:
+    world = task_world(MemoryStore())
+    task_id = await _queued(world)
+    world.clock.advance(timedelta(days=1).total_seconds())
+    status = await world.service.status(task_id, ALICE)
+    assert status["state"] == "expired"
+    assert status["finished_at"] == world.clock.now().isoformat()
+    await world.runner.start()
+    await world.runner.drain()
+    assert world.gauge.steps == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import unicodedata
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -120,12 +121,20 @@ class TaskRecords:
         return existing, False
 
     async def get(self, task_id: str, principal: Principal) -> TaskRecord:
-        """A task of the principal's tenant; NOT_FOUND for any other, missing or malformed id."""
+        """A task of the principal's tenant; NOT_FOUND for any other, missing or malformed id.
+
+        A task past its expiry that has not ended is recorded EXPIRED first: its worker
+        stops at its next step boundary.
+        """
         if not task_id_valid(task_id):
             raise AccessRefusedError(ErrorCode.NOT_FOUND, _NOT_FOUND)
         record = await self._io(self._store.get_task, task_id)
         if record is None or record.tenant_id != principal.tenant_id:
             raise AccessRefusedError(ErrorCode.NOT_FOUND, _NOT_FOUND)
+        if not record.terminal and self._clock.now() >= record.expires_at:
+            # Nobody may wait on a task past its expiry: say so now, not when a worker looks.
+            await self.expired(task_id)
+            return await self._io(self._store.get_task, task_id) or record
         return record
 
     async def result(self, task_id: str, principal: Principal) -> bytes:
@@ -214,7 +223,7 @@ class TaskRecords:
         self, task_id: str, fraction: float, message: str | None, *, worker: str
     ) -> None:
         """Store clamped progress and a cleaned message; a heartbeat and a stop check too."""
-        value = min(1.0, max(0.0, float(fraction))) if fraction == fraction else 0.0  # noqa: PLR0124 - NaN
+        value = 0.0 if math.isnan(fraction) else min(1.0, max(0.0, float(fraction)))
         await self._beat(task_id, worker=worker, progress=value, message=clean_message(message))
 
     async def retrying(

@@ -189,8 +189,9 @@ class TaskService:
     async def cancel(self, task_id: str, principal: Principal) -> dict[str, Any]:
         """Cancel a task of the principal's tenant (see `TaskRecords.request_cancel`)."""
         record = await self._records.request_cancel(task_id, principal)
-        if record.state is TaskState.RUNNING:
-            await self._runner.cancel(task_id)
+        # The engine too: a queued task is dropped, a running one stops at its next step
+        # even where the engine notices before the record is read. Idempotent.
+        await self._runner.cancel(task_id)
         return describe(record)
 
     async def download(self, task_id: str, principal: Principal) -> bytes:
