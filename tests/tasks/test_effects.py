@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from _task_world import ALICE, TaskWorld, task_world
-from handrail.errors import ErrorCode, ToolFailed, ToolRetryable
+from handrail.errors import ErrorCode, StoreError, ToolFailed, ToolRetryable
 from handrail.execution import ExecutionStatus
 from handrail.store import MemoryStore
 from handrail.tasking import TaskScope, TaskState
@@ -82,3 +82,33 @@ async def test_a_declared_failure_of_an_effect_fails_the_task_with_its_code() ->
     record = await world.records.get(task_id, ALICE)
     assert record.state is TaskState.FAILED
     assert record.error_code == ErrorCode.FAILED_FINAL
+
+
+class _FlakyExecutions(MemoryStore):
+    """A store whose first execution insert fails: nothing ran, so the effect may retry."""
+
+    failures = 1
+
+    def insert_execution(self, record: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("the database is restarting")
+        return super().insert_execution(record, **kwargs)
+
+
+async def test_an_effect_that_could_not_start_is_retried_and_runs_once() -> None:
+    world = task_world(_FlakyExecutions())
+    effects: list[int] = []
+
+    async def upload() -> str:
+        effects.append(1)
+        return "sent"
+
+    async def body(_arguments: Mapping[str, Any], scope: TaskScope) -> Any:
+        return await scope.effect("upload", upload)
+
+    task_id = await _run(world, body)
+    record = await world.records.get(task_id, ALICE)
+    assert record.state is TaskState.SUCCEEDED
+    assert record.attempts == 2
+    assert effects == [1]
