@@ -167,6 +167,14 @@ class TaskMode:
     finished `expires_after_seconds` after submission is EXPIRED. `estimate_seconds` is
     what the QUEUED answer tells the model to expect; `max_result_chars` is how much of
     the result a status answer carries (a larger result goes to the raw store).
+
+    The same intent is one task. A write's intent is its idempotency key (one task, ever).
+    A read's intent (tenant, user, tool, arguments) answers its latest task while that
+    task is not terminal, and for `dedupe_seconds` after it was submitted whatever its
+    state; after that the same read submitted again is a new task with a new id (the
+    old one stays readable), so "export last month's orders" asked next month runs
+    again. 0 dedupes only while the task is active. Concurrent identical submissions
+    still make one task: the store settles the intent's next generation atomically.
     """
 
     queue: str = "default"
@@ -176,6 +184,7 @@ class TaskMode:
     expires_after_seconds: float = 86_400.0
     estimate_seconds: float | None = None
     max_result_chars: int = 4_000
+    dedupe_seconds: float = 900.0
 
     def __post_init__(self) -> None:
         if not _SEGMENT.fullmatch(self.queue):
@@ -186,6 +195,8 @@ class TaskMode:
             raise RegistrationError("TaskMode needs 0 <= backoff_seconds <= max_backoff_seconds")
         if self.expires_after_seconds <= 0 or (self.estimate_seconds or 0) < 0:
             raise RegistrationError("TaskMode times must be positive")
+        if not 0 <= self.dedupe_seconds < float("inf"):
+            raise RegistrationError("TaskMode.dedupe_seconds is finite and >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -61,6 +61,8 @@ class TaskRecord:
     result, `result_ref` the raw store's reference of a large one. `principal` is the
     caller's snapshot. `progress_message` is untrusted display text, already bounded
     and sanitised. `version` grows by one with every write of the row (compare-and-set).
+    `generation` counts the tasks of one `intent_key` (0 first): a read asked again after
+    its dedupe window is the next generation, a new task with its own id.
     """
 
     task_id: str
@@ -90,6 +92,7 @@ class TaskRecord:
     result_ref: str | None = None
     estimate_seconds: float | None = None
     version: int = 1
+    generation: int = 0
 
     def __post_init__(self) -> None:
         if not task_id_valid(self.task_id):
@@ -110,8 +113,8 @@ class TaskRecord:
         if not 0.0 <= self.progress <= 1.0:
             msg = "a task's progress is a fraction in [0, 1]"
             raise ValueError(msg)
-        if self.version < 1 or self.attempts < 0 or self.max_attempts < 1:
-            msg = "a task's version and max_attempts start at 1, attempts at 0"
+        if self.version < 1 or self.attempts < 0 or self.max_attempts < 1 or self.generation < 0:
+            msg = "a task's version and max_attempts start at 1, attempts and generation at 0"
             raise ValueError(msg)
         times = (self.created_at, self.expires_at, self.heartbeat_at, self.started_at)
         later = (self.finished_at, self.retry_at)

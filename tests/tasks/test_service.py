@@ -11,9 +11,12 @@ import pytest
 
 from _task_world import ALICE, BOB, TaskWorld, task_world
 from handrail import ErrorCode, Status, Store
+from handrail.spec import TaskMode
 from handrail.tasking import TaskState
 
 pytestmark = pytest.mark.anyio
+
+DEDUPE = TaskMode().dedupe_seconds
 
 
 @pytest.fixture
@@ -104,3 +107,76 @@ async def test_a_listing_and_status_are_described_alike(world: TaskWorld) -> Non
     status = await world.service.status(str(envelope.data["task_id"]), ALICE)
     assert listed == [status]
     assert await world.service.list(ALICE, state=TaskState.QUEUED) == []
+
+
+async def test_a_running_read_answers_its_task_even_past_the_dedupe_window(
+    world: TaskWorld,
+) -> None:
+    first = await world.call("summarise", '{"rows": 2}')
+    await world.gauge.started.wait()
+    world.clock.advance(DEDUPE + 60)
+    again = await world.call("summarise", '{"rows": 2}')
+    assert again.data["task_id"] == first.data["task_id"]
+    assert again.data["state"] == "running"
+    world.gauge.release.set()
+    await world.runner.drain()
+    assert world.gauge.steps["count"] == 1
+
+
+async def test_a_finished_read_answers_its_task_within_the_dedupe_window(
+    world: TaskWorld,
+) -> None:
+    first = await world.call("summarise", '{"rows": 2}')
+    world.gauge.release.set()
+    await world.runner.drain()
+    world.clock.advance(DEDUPE - 1)
+    again = await world.call("summarise", '{"rows": 2}')
+    assert again.data["task_id"] == first.data["task_id"]
+    assert again.data["state"] == "succeeded"
+    assert world.gauge.steps["count"] == 1
+
+
+async def test_a_finished_read_asked_after_its_window_is_a_new_task(world: TaskWorld) -> None:
+    world.gauge.release.set()
+    first = await world.call("summarise", '{"rows": 2}')
+    await world.runner.drain()
+    world.clock.advance(DEDUPE)
+    second = await world.call("summarise", '{"rows": 2}')
+    third = await world.call("summarise", '{"rows": 2}')
+    assert second.data["task_id"] != first.data["task_id"]
+    assert second.data["state"] == "queued"
+    assert third.data["task_id"] == second.data["task_id"]
+    await world.runner.drain()
+    assert world.gauge.steps["count"] == 2
+    old = await world.call("get_task_status", json.dumps({"task_id": first.data["task_id"]}))
+    new = await world.call("get_task_status", json.dumps({"task_id": second.data["task_id"]}))
+    assert (old.data["state"], new.data["state"]) == ("succeeded", "succeeded")
+    assert old.data["created_at"] < new.data["created_at"]
+    latest = await world.records.latest(
+        (await world.records.get(new.data["task_id"], ALICE)).intent_key
+    )
+    assert latest is not None
+    assert (latest.task_id, latest.generation) == (second.data["task_id"], 1)
+
+
+async def test_without_a_window_a_read_is_one_task_only_while_active(store: Store) -> None:
+    world = task_world(store, mode=TaskMode(queue="reports", dedupe_seconds=0))
+    await world.runner.start()
+    first = await world.call("summarise", '{"rows": 1}')
+    running = await world.call("summarise", '{"rows": 1}')
+    world.gauge.release.set()
+    await world.runner.drain()
+    after = await world.call("summarise", '{"rows": 1}')
+    assert running.data["task_id"] == first.data["task_id"]
+    assert after.data["task_id"] != first.data["task_id"]
+    await world.runner.drain()
+    assert world.gauge.steps["count"] == 2
+
+
+async def test_an_expired_read_is_asked_again_as_a_new_task(store: Store) -> None:
+    mode = TaskMode(queue="reports", expires_after_seconds=60, dedupe_seconds=0)
+    world = task_world(store, mode=mode)
+    first = await world.call("summarise", '{"rows": 1}')  # never runs: no runner started
+    world.clock.advance(60)
+    again = await world.call("summarise", '{"rows": 1}')
+    assert again.data["task_id"] != first.data["task_id"]

@@ -59,6 +59,12 @@ class MemoryTasks:
         with self._lock:
             return self._tasks.get(task_id)
 
+    def latest_task(self, intent_key: str) -> TaskRecord | None:
+        """The task of an intent key with the highest generation."""
+        with self._lock:
+            found = [t for t in self._tasks.values() if t.intent_key == intent_key]
+        return max(found, key=lambda t: t.generation, default=None)
+
     def list_tasks(
         self,
         *,

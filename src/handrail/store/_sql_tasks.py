@@ -93,6 +93,21 @@ class SqlTasks(SqlPart):
 
         return self._read("task read", read, None)
 
+    def latest_task(self, intent_key: str) -> TaskRecord | None:
+        """The task of an intent key with the highest generation (one indexed row)."""
+        query = (
+            sa.select(tasks)
+            .where(_T.intent_key == intent_key)
+            .order_by(_T.generation.desc())
+            .limit(1)
+        )
+
+        def read(c: sa.Connection) -> TaskRecord | None:
+            row = c.execute(query).mappings().first()
+            return None if row is None else _record(row)
+
+        return self._read("task read", read, None)
+
     def list_tasks(
         self,
         *,

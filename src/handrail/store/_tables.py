@@ -227,5 +227,7 @@ tasks = sa.Table(
     sa.Column("retry_at", _TIME),
     sa.Column("expires_at", _TIME, nullable=False),
     sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("generation", sa.Integer(), nullable=False, server_default="0"),
     sa.Index("ix_tasks_tenant_created", "tenant_id", "created_at"),
+    sa.Index("ix_tasks_intent_generation", "intent_key", "generation"),
 )

@@ -391,6 +391,10 @@ class Store(Protocol):
         """The task of an id, of any tenant (the caller scopes it), or None."""
         ...
 
+    def latest_task(self, intent_key: str) -> TaskRecord | None:
+        """The task of an intent key with the highest generation, of any tenant, or None."""
+        ...
+
     def list_tasks(
         self,
         *,

@@ -95,8 +95,13 @@ class TaskRecords:
 
     # --- what the gate's submission and the people's side ask ---------------------------------
 
-    async def create(self, submission: TaskSubmission) -> tuple[TaskRecord, bool]:
-        """Store a submission's QUEUED record; the existing one (and False) if the id is taken."""
+    async def create(
+        self, submission: TaskSubmission, *, generation: int = 0
+    ) -> tuple[TaskRecord, bool]:
+        """Store a submission's QUEUED record; the existing one (and False) if the id is taken.
+
+        `generation` is the submission's place among the tasks of its intent key.
+        """
         principal = submission.caller()
         record = TaskRecord(
             task_id=submission.task_id,
@@ -112,6 +117,7 @@ class TaskRecords:
             expires_at=submission.expires_at,
             max_attempts=submission.max_attempts,
             estimate_seconds=submission.estimate_seconds,
+            generation=generation,
         )
         if await self._io(self._store.insert_task, record):
             return record, True
@@ -119,6 +125,10 @@ class TaskRecords:
         if existing is None:  # pragma: no cover - an insert lost to a row that vanished
             raise StoreError("a task insert lost to a record that cannot be read")
         return existing, False
+
+    async def latest(self, intent_key: str) -> TaskRecord | None:
+        """The newest generation's task of an intent key (no tenant check: the key has one)."""
+        return await self._io(self._store.latest_task, intent_key)
 
     async def get(self, task_id: str, principal: Principal) -> TaskRecord:
         """A task of the principal's tenant; NOT_FOUND for any other, missing or malformed id.

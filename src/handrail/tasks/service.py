@@ -4,8 +4,11 @@
 gate takes it through the four checks (and, for a write, plan → confirm → the execution
 record) exactly like any other, and "running" it submits the task. A write's execution
 record keeps the QUEUED answer as its result, so a repeat of the same key answers the
-same task; the task id derives from that key (a read's from tenant, user, tool and
-arguments). The body runs later, through the runner, with `ctx.task` set.
+same task; the task id derives from that key. A read's intent is (tenant, user, tool,
+arguments): it answers its latest task while that task runs and for
+`TaskMode.dedupe_seconds` after it was submitted, then a new submission is the intent's
+next generation, a new task with a new id (`_read_task`). The body runs later, through
+the runner, with `ctx.task` set.
 
 The QUEUED answer (the envelope's data) is stable:
 `{"task_id": "task_…", "state": "queued", "estimate_seconds": 120.0 | null,
@@ -16,15 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Coroutine, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.clock import Clock
 from handrail.context import ToolContext
 from handrail.declare.definition import BoundArguments, Tool
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, StoreError
 from handrail.principal import Principal
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import TaskMode
@@ -35,9 +38,20 @@ from handrail.tasks.runner import TaskBody, TaskRunner, TaskSubmission
 __all__ = ["TaskService", "describe", "task_id_for"]
 
 
-def task_id_for(intent_key: str) -> str:
-    """The task id of an intent: the same key is always the same task."""
-    return "task_" + sha256_hex(intent_key.encode())[:32]
+_GENERATION_TRIES = 64
+
+
+def task_id_for(intent_key: str, generation: int = 0) -> str:
+    """The task id of an intent's `generation`-th task: the same pair is always one task."""
+    seed = intent_key if generation == 0 else f"{intent_key}#{generation}"
+    return "task_" + sha256_hex(seed.encode())[:32]
+
+
+def _answers(record: TaskRecord, mode: TaskMode, now: datetime) -> bool:
+    """True while a read's task still answers its intent (see `TaskMode.dedupe_seconds`)."""
+    if not record.terminal and now < record.expires_at:
+        return True
+    return now < record.created_at + timedelta(seconds=mode.dedupe_seconds)
 
 
 def _read_key(principal: Principal, tool: str, arguments: Mapping[str, Any]) -> str:
@@ -161,26 +175,52 @@ class TaskService:
             raise ConfigurationError(f"tool {tool!r} is not bound to this TaskService")
         key = intent_key or _read_key(principal, tool, arguments)
         now = self._clock.now()
-        fresh = TaskSubmission(
-            task_id=task_id_for(key),
-            intent_key=key,
-            tenant_id=principal.tenant_id,
-            tool=tool,
-            arguments=arguments,
-            principal=principal.snapshot(),
-            queue=mode.queue,
-            max_attempts=mode.max_attempts,
-            backoff_seconds=mode.backoff_seconds,
-            max_backoff_seconds=mode.max_backoff_seconds,
-            submitted_at=now,
-            expires_at=now + timedelta(seconds=mode.expires_after_seconds),
-            estimate_seconds=mode.estimate_seconds,
-        )
-        record, _ = await self._records.create(fresh)
+
+        def fresh(generation: int) -> TaskSubmission:
+            return TaskSubmission(
+                task_id=task_id_for(key, generation),
+                intent_key=key,
+                tenant_id=principal.tenant_id,
+                tool=tool,
+                arguments=arguments,
+                principal=principal.snapshot(),
+                queue=mode.queue,
+                max_attempts=mode.max_attempts,
+                backoff_seconds=mode.backoff_seconds,
+                max_backoff_seconds=mode.max_backoff_seconds,
+                submitted_at=now,
+                expires_at=now + timedelta(seconds=mode.expires_after_seconds),
+                estimate_seconds=mode.estimate_seconds,
+            )
+
+        if intent_key is not None:
+            record, _ = await self._records.create(fresh(0))
+        else:
+            record = await self._read_task(key, fresh, mode)
         if not record.terminal:
             # Also after a crash between the record and the runner: submitting is idempotent.
             await self._runner.submit(_submission(record, mode))
         return record
+
+    async def _read_task(
+        self, key: str, fresh: Callable[[int], TaskSubmission], mode: TaskMode
+    ) -> TaskRecord:
+        """The read intent's task that still answers, or a new one of the next generation.
+
+        The store decides the generation: the new task's id derives from (key, generation)
+        and is inserted only if absent, so of racing submissions exactly one creates it and
+        the others read it back (and answer it); a lost race to a task that no longer
+        answers moves on to the generation after it.
+        """
+        found = await self._records.latest(key)
+        for _ in range(_GENERATION_TRIES):
+            if found is not None and _answers(found, mode, self._clock.now()):
+                return found
+            generation = 0 if found is None else found.generation + 1
+            found, created = await self._records.create(fresh(generation), generation=generation)
+            if created:
+                return found
+        raise StoreError(f"no task generation settled under {_GENERATION_TRIES} submissions")
 
     async def status(self, task_id: str, principal: Principal) -> dict[str, Any]:
         """A task of the principal's tenant, described; NOT_FOUND (AccessRefusedError) else."""

@@ -4,7 +4,8 @@ Adds `tasks` (keyed by task id, which derives from the intent's idempotency key)
 asked (tenant, user, principal snapshot), the tool and its arguments, the queue, the
 state with attempts, progress, lease holder and last heartbeat, a cancellation request,
 how it ended (error code, a small result or the raw store's reference), its times, and
-a version moved by compare-and-set.
+a version moved by compare-and-set, and the generation of its intent (a read asked
+again after its dedupe window is a new task: the intent's next generation).
 
 Revision ID: 0010
 Revises: 0009
@@ -51,8 +52,10 @@ def upgrade() -> None:
         sa.Column("retry_at", _TIME),
         sa.Column("expires_at", _TIME, nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("generation", sa.Integer(), nullable=False, server_default="0"),
     )
     op.create_index("ix_tasks_tenant_created", "tasks", ["tenant_id", "created_at"])
+    op.create_index("ix_tasks_intent_generation", "tasks", ["intent_key", "generation"])
 
 
 def downgrade() -> None:
