@@ -1,5 +1,6 @@
-"""Attacks on tasks: another tenant's ids, forged ids, replayed intents, late cancels and
-hostile progress text. Another tenant's task answers exactly what a missing one answers.
+"""Attacks on tasks: another tenant's ids, forged ids, replayed intents (also from two
+workers at once, also across a dedupe window), late cancels and hostile progress text.
+Another tenant's task answers exactly what a missing one answers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from _task_world import ALICE, MALLORY, TaskWorld, task_world
 from handrail import ErrorCode, Status, Store
 from handrail.envelope import Trust
+from handrail.spec import TaskMode
 from handrail.tasking import TaskState
 
 pytestmark = pytest.mark.anyio
@@ -122,3 +124,28 @@ async def test_hostile_progress_text_is_bounded_one_line_and_marked_untrusted(
     assert envelope.trust is Trust.UNTRUSTED
     world.gauge.release.set()
     await world.runner.drain()
+
+
+async def _at_once(worlds: list[TaskWorld], arguments: str) -> set[str]:
+    calls = [w.call("summarise", arguments) for w in worlds for _ in range(4)]
+    return {str(e.data["task_id"]) for e in await asyncio.gather(*calls)}
+
+
+@pytest.mark.invariant(4)
+async def test_two_workers_sending_one_stale_intent_at_once_make_one_new_task(
+    world: TaskWorld, store: Store
+) -> None:
+    other = task_world(store)  # a second worker's gate and service on the same store
+    first = await _at_once([world, other], '{"rows": 2}')
+    world.gauge.release.set()
+    await world.runner.drain()
+    for w in (world, other):
+        w.clock.advance(TaskMode().dedupe_seconds + 1)
+    second = await _at_once([world, other], '{"rows": 2}')
+    assert len(first) == len(second) == 1
+    assert first != second
+    await world.runner.drain()
+    tasks = await world.service.list(ALICE)
+    assert {t["task_id"] for t in tasks} == first | second
+    assert [t["state"] for t in tasks] == ["succeeded", "succeeded"]
+    assert world.gauge.steps["count"] == 2  # the other worker's runner never started

@@ -122,6 +122,28 @@ def test_of_racing_inserts_of_one_id_exactly_one_wins(store: Store, race: Race) 
     assert found.user_id == f"user{wins.index(True)}"
 
 
+def test_the_latest_task_of_an_intent_is_its_highest_generation(store: Store) -> None:
+    key = _task().intent_key
+    assert store.latest_task(key) is None
+    for n, generation in ((1, 0), (3, 2), (2, 1)):
+        assert store.insert_task(_task(n, intent_key=key, generation=generation))
+    assert store.insert_task(_task(4, generation=7))  # another intent's
+    assert store.latest_task(key) == _task(3, intent_key=key, generation=2)
+    assert store.latest_task("hk1_unknown") is None
+
+
+def test_of_racing_inserts_of_an_intents_next_generation_exactly_one_wins(
+    store: Store, race: Race
+) -> None:
+    key = _task().intent_key
+    assert store.insert_task(_task(intent_key=key))
+    wins = race(RACERS, lambda i: store.insert_task(_task(2, intent_key=key, generation=1)))
+    assert wins.count(True) == 1
+    latest = store.latest_task(key)
+    assert latest is not None
+    assert (latest.task_id, latest.generation) == (_task(2).task_id, 1)
+
+
 def test_listings_are_one_tenants_or_one_states_newest_first(store: Store) -> None:
     for n, tenant in enumerate(["t1", "t2", "t1", "t1"], start=1):
         assert store.insert_task(_task(n, tenant_id=tenant))
@@ -154,6 +176,8 @@ def test_the_record_refuses_what_no_store_keeps() -> None:
         _task(progress=1.5)
     with pytest.raises(ValueError, match="version"):
         _task(attempts=-1)
+    with pytest.raises(ValueError, match="generation"):
+        _task(generation=-1)
 
 
 # --- errors and migrations ---------------------------------------------------------------------
@@ -170,6 +194,8 @@ def test_a_database_without_the_task_table_gives_store_errors(tmp_path: Path) ->
             store.get_task(_task().task_id)
         with pytest.raises(StoreError):
             store.list_tasks(tenant_id="t1")
+        with pytest.raises(StoreError):
+            store.latest_task(_task().intent_key)
     finally:
         store.close()
 

@@ -158,6 +158,9 @@ async def _count(path: str) -> int:
         {"backoff_seconds": 5.0, "max_backoff_seconds": 1.0},
         {"expires_after_seconds": 0},
         {"estimate_seconds": -1.0},
+        {"dedupe_seconds": -1.0},
+        {"dedupe_seconds": float("inf")},
+        {"dedupe_seconds": float("nan")},
     ],
 )
 def test_a_task_mode_refuses_what_no_runner_can_honour(options: dict[str, Any]) -> None:
