@@ -40,6 +40,7 @@ STORE_TABLES = (
     "conversation_turns",
     "mcp_pins",
     "api_keys",
+    "tasks",
 )
 
 RACE_TIMEOUT_S = 60.0

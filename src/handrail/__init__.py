@@ -94,6 +94,7 @@ if typing.TYPE_CHECKING:  # the names as mypy and IDEs see them; `_LAZY` says th
         RetryPolicy,
         RiskLevel,
         SideEffect,
+        TaskMode,
         ToolHints,
         ToolSpec,
     )
@@ -200,6 +201,7 @@ _LAZY = {
     "SideEffect": "handrail.spec",
     "SigningKey": "handrail.signing",
     "SqliteStore": "handrail.store",
+    "TaskMode": "handrail.spec",
     "StaticSecretProvider": "handrail.credentials",
     "Status": "handrail.envelope",
     "Store": "handrail.store",
@@ -350,6 +352,7 @@ __all__ = [
     "StoreError",
     "StreamKind",
     "SystemClock",
+    "TaskMode",
     "TenantQuota",
     "TextStream",
     "TokenEstimator",

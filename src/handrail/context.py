@@ -22,6 +22,8 @@ from handrail.spec import RiskLevel
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from handrail.tasking import TaskScope
+
 __all__ = ["ExposureView", "ProgressReporter", "ToolContext", "reporting_progress"]
 
 ProgressReporter: TypeAlias = Callable[[float, "float | None", "str | None"], Awaitable[None]]
@@ -117,6 +119,9 @@ class ToolContext:
     attempt: int = 1
     secrets: Secrets | None = None
     exposure: ExposureView | None = None
+    task: TaskScope | None = None
+    """Set while the call runs as a task (`runs_as=TaskMode(...)`): its steps, effects
+    and progress. None for every inline call."""
 
     async def report_progress(
         self,

@@ -37,6 +37,7 @@ __all__ = [
     "RetryPolicy",
     "RiskLevel",
     "SideEffect",
+    "TaskMode",
     "ToolHints",
     "ToolSpec",
 ]
@@ -154,6 +155,48 @@ class ReconcilePolicy:
             raise RegistrationError("ReconcilePolicy times must be positive")
         if self.max_interval < self.first_check or self.escalate_after < 1:
             raise RegistrationError("ReconcilePolicy needs max_interval >= first_check >= 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskMode:
+    """The tool runs as an asynchronous task: checked (and confirmed) now, run later.
+
+    The gate answers QUEUED with a task id instead of running the tool inline; a
+    `TaskRunner` runs it on `queue`, up to `max_attempts` times for transient errors
+    (backoff from `backoff_seconds`, doubling, at most `max_backoff_seconds`). A task not
+    finished `expires_after_seconds` after submission is EXPIRED. `estimate_seconds` is
+    what the QUEUED answer tells the model to expect; `max_result_chars` is how much of
+    the result a status answer carries (a larger result goes to the raw store).
+
+    The same intent is one task. A write's intent is its idempotency key (one task, ever).
+    A read's intent (tenant, user, tool, arguments) answers its latest task while that
+    task is not terminal, and for `dedupe_seconds` after it was submitted whatever its
+    state; after that the same read submitted again is a new task with a new id (the
+    old one stays readable), so "export last month's orders" asked next month runs
+    again. 0 dedupes only while the task is active. Concurrent identical submissions
+    still make one task: the store settles the intent's next generation atomically.
+    """
+
+    queue: str = "default"
+    max_attempts: int = 3
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 60.0
+    expires_after_seconds: float = 86_400.0
+    estimate_seconds: float | None = None
+    max_result_chars: int = 4_000
+    dedupe_seconds: float = 900.0
+
+    def __post_init__(self) -> None:
+        if not _SEGMENT.fullmatch(self.queue):
+            raise RegistrationError("TaskMode.queue is a name of [A-Za-z0-9_-], 1-64 characters")
+        if self.max_attempts < 1 or self.max_result_chars < 1:
+            raise RegistrationError("TaskMode needs max_attempts and max_result_chars >= 1")
+        if not 0 <= self.backoff_seconds <= self.max_backoff_seconds:
+            raise RegistrationError("TaskMode needs 0 <= backoff_seconds <= max_backoff_seconds")
+        if self.expires_after_seconds <= 0 or (self.estimate_seconds or 0) < 0:
+            raise RegistrationError("TaskMode times must be positive")
+        if not 0 <= self.dedupe_seconds < float("inf"):
+            raise RegistrationError("TaskMode.dedupe_seconds is finite and >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -338,6 +381,8 @@ class ToolSpec:
     rate_limit: str | None = None
     """A per-tool rate in the `limits` notation ("10/minute"); enforced by the quota."""
     deprecation: Deprecation | None = None
+    task: TaskMode | None = None
+    """Set when the tool runs as an asynchronous task (`runs_as=TaskMode(...)`)."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)

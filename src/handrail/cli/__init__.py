@@ -7,7 +7,8 @@ builds the operator's view principal and prints. Tool lists and exports show onl
 was never executed. `raw` shows people the full raw results kept behind envelope refs;
 `runs`, `conversations` and `plans` a tenant's agent runs, chats and plans; `plans
 confirm|reject` decide one as a named person (never executing it), and `runs cancel`
-ends a run as its user, rejecting its plans. `skills` lists and checks skill folders.
+ends a run as its user, rejecting its plans. `skills` lists and checks skill folders;
+`tasks` lists, shows and cancels a tenant's long tasks.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from handrail.cli._reconcile import reconcile
 from handrail.cli._replay import replay
 from handrail.cli._runs import runs_app
 from handrail.cli._skills import skills_app
+from handrail.cli._tasks import tasks_app
 from handrail.cli._tools import spec_document, tools_app
 
 __all__ = ["CliError", "app", "load_registry", "main", "operator_principal", "spec_document"]
@@ -38,7 +40,7 @@ app = typer.Typer(
     help=(
         "Handrail: inspect an application's tools, export their definitions, read the "
         "audit, runs, conversations and plans, confirm or reject plans, cancel runs, "
-        "reconcile unknown writes, read raw results, check skill folders."
+        "reconcile unknown writes, read raw results, check skill folders, list and cancel tasks."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -55,6 +57,7 @@ add_proxy_commands(mcp_app)
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(keys_app, name="keys")
 app.add_typer(skills_app, name="skills")
+app.add_typer(tasks_app, name="tasks")
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)

@@ -22,7 +22,7 @@ from handrail.context import ToolContext
 from handrail.declare.schema import ArgumentValidator, compile_validator, derive_signature
 from handrail.declare.schema import prepare_raw_schema as _prepare_raw_schema
 from handrail.declare.schema_store import SchemaStore
-from handrail.errors import ErrorCode, Refusal, RegistrationError
+from handrail.errors import ConfigurationError, ErrorCode, Refusal, RegistrationError
 from handrail.fencing import run_in_thread
 from handrail.paths import json_path
 from handrail.plans import Impact
@@ -39,6 +39,7 @@ from handrail.spec import (
     RetryPolicy,
     RiskLevel,
     SideEffect,
+    TaskMode,
     ToolHints,
     ToolSpec,
 )
@@ -239,6 +240,7 @@ class Tool:
         examples: Iterable[Mapping[str, Any]] = (),
         rate_limit: str | None = None,
         deprecation: Deprecation | None = None,
+        runs_as: TaskMode | None = None,
         business_values: Mapping[str, BusinessValue] | None = None,
         schemas: SchemaStore | None = None,
     ) -> Tool:
@@ -288,6 +290,7 @@ class Tool:
                 examples=tuple(examples),
                 rate_limit=rate_limit,
                 deprecation=deprecation,
+                task=runs_as,
             ),
             business_values=prepared.business_values,
         )
@@ -304,7 +307,7 @@ class Tool:
 
         return cls(
             spec=spec,
-            _invoke=invoke,
+            _invoke=invoke if runs_as is None else _task_only(invoke, name),
             _validator=compile_validator(facing),
             _model=None,
             validators=tuple(validators),
@@ -348,6 +351,7 @@ class _Catalogue:
     examples: tuple[Mapping[str, Any], ...]
     rate_limit: str | None
     deprecation: Deprecation | None
+    task: TaskMode | None = None
 
 
 def _build_spec(
@@ -410,6 +414,7 @@ def _build_spec(
         examples=catalogue.examples,
         rate_limit=catalogue.rate_limit,
         deprecation=catalogue.deprecation,
+        task=catalogue.task,
     )
 
 
@@ -454,6 +459,19 @@ def _signature_invoker(
     return invoke
 
 
+def _task_only(invoke: _Invoke, name: str) -> _Invoke:
+    """A task tool's body runs only inside its task (with `ctx.task`), never inline."""
+
+    def run(bound: BoundArguments, ctx: ToolContext | None) -> Coroutine[Any, Any, object]:
+        if ctx is None or ctx.task is None:
+            raise ConfigurationError(
+                f"tool {name!r} runs as a task: register TaskService.bind(tool), not the tool"
+            )
+        return invoke(bound, ctx)
+
+    return run
+
+
 def tool(
     *,
     risk: RiskLevel,
@@ -486,6 +504,7 @@ def tool(
     examples: Iterable[Mapping[str, Any]] = (),
     rate_limit: str | None = None,
     deprecation: Deprecation | None = None,
+    runs_as: TaskMode | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function; the signature becomes its schema.
 
@@ -510,6 +529,10 @@ def tool(
       downstream object's id, kept in the execution record and the WriteOutcome.
 
     `resolve_version`, `impact` and `reconcile` are refused on a tool that only reads.
+
+    `runs_as=TaskMode(...)` makes the function the body of an asynchronous task: bind
+    the tool with `handrail.tasks.TaskService.bind` before registering it; the body
+    reaches its steps, effects and progress through `ctx.task` (a ToolContext parameter).
     """
 
     def decorate(fn: Callable[..., Any]) -> Tool:
@@ -520,6 +543,9 @@ def tool(
             raise RegistrationError(f"tool {full_name!r} needs a description or a docstring")
         derived = derive_signature(fn, full_name)
         validators_ = tuple(validators)
+        invoke = _signature_invoker(
+            fn, derived.context_parameter, derived.trusted, is_async=derived.is_async
+        )
         spec = _build_spec(
             name=full_name,
             description=text,
@@ -548,22 +574,21 @@ def tool(
                 examples=tuple(examples),
                 rate_limit=rate_limit,
                 deprecation=deprecation,
+                task=runs_as,
             ),
             business_values=derived.business_values,
         )
         return Tool(
             spec=spec,
-            _invoke=_signature_invoker(
-                fn,
-                derived.context_parameter,
-                derived.trusted,
-                is_async=derived.is_async,
-            ),
+            _invoke=invoke if runs_as is None else _task_only(invoke, full_name),
             _validator=compile_validator(derived.json_schema),
             _model=derived.model,
             validators=validators_,
             needs_context=bool(
-                derived.context_parameter is not None or derived.trusted or validators_,
+                derived.context_parameter is not None
+                or derived.trusted
+                or validators_
+                or runs_as is not None,
             ),
             resolve_version=resolve_version,
             impact=impact,

@@ -32,6 +32,7 @@ from handrail.store._tables import (
     plans,
     raw_results,
     runs,
+    tasks,
 )
 
 __all__ = [
@@ -286,3 +287,4 @@ class Statements:
         self.insert_conversation = _ignoring_conflict(dialect, conversations)
         self.insert_pin = _ignoring_conflict(dialect, mcp_pins)
         self.insert_api_key = _ignoring_conflict(dialect, api_keys)
+        self.insert_task = _ignoring_conflict(dialect, tasks)

@@ -22,6 +22,7 @@ from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState
+from handrail.tasking import TaskRecord, TaskState
 
 __all__ = ["Store", "reads_block"]
 
@@ -370,6 +371,38 @@ class Store(Protocol):
         A compare-and-set: False (nothing written) for an unknown key, a key of another
         tenant, or one already revoked; its first revocation time stays.
         """
+        ...
+
+    # --- task records ---------------------------------------------------------------------------
+
+    def insert_task(self, record: TaskRecord) -> bool:
+        """Store a new task (version 1); False (nothing written) if its id exists."""
+        ...
+
+    def replace_task(self, record: TaskRecord, *, expect_version: int) -> bool:
+        """Write a task over the stored one if it is still at `expect_version`.
+
+        `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
+        False (nothing written) for an unknown or moved task.
+        """
+        ...
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task of an id, of any tenant (the caller scopes it), or None."""
+        ...
+
+    def latest_task(self, intent_key: str) -> TaskRecord | None:
+        """The task of an intent key with the highest generation, of any tenant, or None."""
+        ...
+
+    def list_tasks(
+        self,
+        *,
+        tenant_id: str,
+        state: TaskState | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """A tenant's tasks (or those in one state), newest first. Ties: greater id first."""
         ...
 
     def close(self) -> None:

@@ -22,6 +22,8 @@ from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_entries, check_successor
 from handrail.spec import ConfirmationMode
+from handrail.store._memory_tasks import MemoryTasks
+from handrail.tasking import TaskRecord
 
 __all__ = ["MemoryStore"]
 
@@ -29,7 +31,7 @@ _NOT_STARTED = frozenset({ExecutionStatus.PREPARED, ExecutionStatus.FAILED_FINAL
 _IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at")
 
 
-class MemoryStore:
+class MemoryStore(MemoryTasks):
     """A thread-safe in-memory Store.
 
     Its reads never wait on I/O: each holds the lock only for dictionary and list work,
@@ -53,6 +55,7 @@ class MemoryStore:
         self._turns: dict[str, list[str]] = {}
         self._pins: dict[tuple[str, str], PinRecord] = {}
         self._api_keys: dict[str, ApiKeyRecord] = {}
+        self._tasks: dict[str, TaskRecord] = {}
 
     def migrate(self) -> None:
         """Nothing to migrate."""

@@ -43,6 +43,7 @@ from handrail.store._sql_api_keys import SqlApiKeys
 from handrail.store._sql_conversations import SqlConversations
 from handrail.store._sql_pins import SqlPins
 from handrail.store._sql_runs import SqlRuns
+from handrail.store._sql_tasks import SqlTasks
 from handrail.store._statements import (
     LIST_RAW,
     LOCK_PLAN,
@@ -96,12 +97,12 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
     return connection.execution_options(handrail_immediate=True)
 
 
-class SqlStore(SqlConversations, SqlRuns, SqlApiKeys, SqlPins):
+class SqlStore(SqlConversations, SqlRuns, SqlApiKeys, SqlPins, SqlTasks):
     """A Store on any SQLAlchemy engine whose dialect the migrations support.
 
     Conversations are kept by `SqlConversations` (`handrail.store._sql_conversations`),
     API keys by `SqlApiKeys` (`handrail.store._sql_api_keys`), MCP tool pins by
-    `SqlPins` (`handrail.store._sql_pins`).
+    `SqlPins` (`handrail.store._sql_pins`), tasks by `SqlTasks` (`handrail.store._sql_tasks`).
     """
 
     def __init__(self, engine: sa.Engine, *, autocommit: sa.Engine | None = None) -> None:
