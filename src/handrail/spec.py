@@ -170,10 +170,11 @@ class TaskMode:
 
     The same intent is one task. A write's intent is its idempotency key (one task, ever).
     A read's intent (tenant, user, tool, arguments) answers its latest task while that
-    task is not terminal, and for `dedupe_seconds` after it was submitted whatever its
-    state; after that the same read submitted again is a new task with a new id (the
-    old one stays readable), so "export last month's orders" asked next month runs
-    again. 0 dedupes only while the task is active. Concurrent identical submissions
+    task is not terminal and, once it SUCCEEDED, for `dedupe_seconds` after it was
+    submitted; after that, or at once after a task that failed, was cancelled or
+    expired, the same read submitted again is a new task with a new id (the old one
+    stays readable), so "export last month's orders" asked next month runs again. 0
+    dedupes only while the task is active. Concurrent identical submissions
     still make one task: the store settles the intent's next generation atomically.
     """
 

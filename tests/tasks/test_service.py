@@ -136,6 +136,23 @@ async def test_a_finished_read_answers_its_task_within_the_dedupe_window(
     assert world.gauge.steps["count"] == 1
 
 
+async def test_a_cancelled_read_asked_again_within_the_window_is_a_new_try(
+    world: TaskWorld,
+) -> None:
+    first = await world.call("summarise", '{"rows": 2}')
+    await world.service.cancel(str(first.data["task_id"]), ALICE)
+    world.gauge.release.set()
+    await world.runner.drain()
+    cancelled = await world.service.status(str(first.data["task_id"]), ALICE)
+    assert cancelled["state"] == "cancelled"
+    again = await world.call("summarise", '{"rows": 2}')
+    assert again.data["task_id"] != first.data["task_id"]
+    assert again.data["state"] == "queued"
+    await world.runner.drain()
+    renewed = await world.service.status(str(again.data["task_id"]), ALICE)
+    assert renewed["state"] == "succeeded"
+
+
 async def test_a_finished_read_asked_after_its_window_is_a_new_task(world: TaskWorld) -> None:
     world.gauge.release.set()
     first = await world.call("summarise", '{"rows": 2}')

@@ -5,8 +5,9 @@ gate takes it through the four checks (and, for a write, plan → confirm → th
 record) exactly like any other, and "running" it submits the task. A write's execution
 record keeps the QUEUED answer as its result, so a repeat of the same key answers the
 same task; the task id derives from that key. A read's intent is (tenant, user, tool,
-arguments): it answers its latest task while that task runs and for
-`TaskMode.dedupe_seconds` after it was submitted, then a new submission is the intent's
+arguments): it answers its latest task while that task runs and, once it succeeded,
+for `TaskMode.dedupe_seconds` after it was submitted; then (or at once after a task
+that failed, was cancelled or expired) a new submission is the intent's
 next generation, a new task with a new id (`_read_task`). The body runs later, through
 the runner, with `ctx.task` set.
 
@@ -48,9 +49,15 @@ def task_id_for(intent_key: str, generation: int = 0) -> str:
 
 
 def _answers(record: TaskRecord, mode: TaskMode, now: datetime) -> bool:
-    """True while a read's task still answers its intent (see `TaskMode.dedupe_seconds`)."""
-    if not record.terminal and now < record.expires_at:
-        return True
+    """True while a read's task still answers its intent (see `TaskMode.dedupe_seconds`).
+
+    An active task answers until it expires; a SUCCEEDED one within the window. A task
+    that failed, was cancelled or expired never answers again: asking again is a new try.
+    """
+    if not record.terminal:
+        return now < record.expires_at
+    if record.state is not TaskState.SUCCEEDED:
+        return False
     return now < record.created_at + timedelta(seconds=mode.dedupe_seconds)
 
 
