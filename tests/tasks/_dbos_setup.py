@@ -68,6 +68,7 @@ def submission(
     backoff_seconds: float = 0.01,
     expires_in: float = 3600.0,
     queue: str = "default",
+    tool: str = "script",
 ) -> TaskSubmission:
     """A task of the scripted body (`_dbos_host.script_body`) running `steps`."""
     at = now or datetime.now(UTC)
@@ -75,7 +76,7 @@ def submission(
         task_id=task_id,
         intent_key=f"intent-{task_id}",
         tenant_id=PRINCIPAL.tenant_id,
-        tool="script",
+        tool=tool,
         arguments={"steps": list(steps)},
         principal=PRINCIPAL.snapshot(),
         queue=queue,

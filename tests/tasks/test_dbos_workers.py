@@ -76,7 +76,7 @@ def _workers(folder: Path) -> Iterator[list[_Worker]]:
             worker.close()
 
 
-def _start(started: list[_Worker], folder: Path, **config: Any) -> _Worker:  # noqa: ANN401
+def _start(started: list[_Worker], folder: Path, **config: Any) -> _Worker:
     worker = _Worker(config, folder)
     started.append(worker)
     worker.wait_ready()
@@ -164,7 +164,6 @@ def test_two_workers_on_one_postgres_share_a_queue_whose_limit_holds(
         _start(started, tmp_path, worker="wa", submit=tasks, **config)
         _start(started, tmp_path, worker="wb", **config)
         while len(done) < len(ids):
-            running = [i for i in ids if i not in done and host.runs(i)]
             expected = min(2, len(ids) - len(done))
             # Wait until the limit is reached (or all that is left runs), then free one.
             wait_for(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -38,6 +39,7 @@ __all__ = [
     "recover",
     "run_step",
     "shutdown",
+    "shutdown_from_loop",
     "sleep",
     "status",
     "workflow_ids",
@@ -79,6 +81,8 @@ class EngineConfig:
     application_version: str
     """Workers sharing queues must share it (DBOS recovers and dequeues by version)."""
     queues: tuple[EngineQueue, ...]
+    listen: bool = True
+    """Whether this process runs tasks from its queues, or only submits (a gate, a CLI)."""
     app_name: str = "handrail"
     log_level: str = "WARNING"
 
@@ -111,6 +115,8 @@ def launch(config: EngineConfig, run: _Runner) -> None:
                 "log_level": config.log_level,
             },
         )
+        if not config.listen:
+            DBOS.listen_queues([])
         DBOS.launch()
         for queue in config.queues:
             DBOS.register_queue(
@@ -129,6 +135,19 @@ def shutdown() -> None:
     """Stop DBOS in this process; running workflows are left to recovery."""
     _slot.pop("run", None)
     DBOS.destroy()
+
+
+async def shutdown_from_loop() -> None:
+    """`shutdown` from a coroutine, leaving this event loop a working default executor.
+
+    DBOS makes its thread pool the default executor of every loop that awaits one of
+    its calls, and `shutdown` closes that pool: without a new one, `asyncio.to_thread`
+    would fail in this loop from then on (and so would a later `launch`).
+    """
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=1) as own:
+        await loop.run_in_executor(own, shutdown)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="asyncio"))
 
 
 def recover(worker_ids: Sequence[str]) -> list[str]:

@@ -49,6 +49,9 @@ class DbosTaskRunner:
     `worker_id` names this worker to DBOS (its executor id): a worker restarted under
     the same id takes its unfinished tasks back by itself; `adopt` names dead workers
     whose unfinished tasks this one takes over when it starts (or later, `adopt()`).
+    With `listen=False` the process only submits and cancels (a gate or a CLI next to
+    worker processes); it still takes recovered tasks (DBOS's recovery queue), so it
+    registers the same bodies.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class DbosTaskRunner:
         worker_id: str,
         queues: Sequence[TaskQueue] = (TaskQueue(name="default"),),
         adopt: Sequence[str] = (),
+        listen: bool = True,
         application_version: str = _DEFAULT_VERSION,
         clock: Clock | None = None,
     ) -> None:
@@ -71,6 +75,7 @@ class DbosTaskRunner:
             worker_id=worker_id,
             application_version=application_version,
             queues=tuple(queues),
+            listen=listen,
         )
         self._queues = frozenset(names)
         self._adopt = tuple(adopt)
@@ -104,7 +109,7 @@ class DbosTaskRunner:
         """Shut DBOS down here; running bodies are left to recovery, not failed."""
         if self._started:
             self._started = False
-            await asyncio.to_thread(edge.shutdown)
+            await edge.shutdown_from_loop()
 
     async def adopt(self, worker_ids: Sequence[str]) -> list[str]:
         """Take over the unfinished tasks of dead workers; the ids of the tasks taken.
