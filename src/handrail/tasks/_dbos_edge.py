@@ -83,6 +83,8 @@ class EngineConfig:
     queues: tuple[EngineQueue, ...]
     listen: bool = True
     """Whether this process runs tasks from its queues, or only submits (a gate, a CLI)."""
+    pool_size: int = 8
+    """Connections this process may hold to the system database (DBOS's default is 20)."""
     app_name: str = "handrail"
     log_level: str = "WARNING"
 
@@ -113,6 +115,7 @@ def launch(config: EngineConfig, run: _Runner) -> None:
                 "executor_id": config.worker_id,
                 "application_version": config.application_version,
                 "log_level": config.log_level,
+                "sys_db_pool_size": config.pool_size,
             },
         )
         if not config.listen:

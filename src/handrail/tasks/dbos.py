@@ -63,6 +63,7 @@ class DbosTaskRunner:
         queues: Sequence[TaskQueue] = (TaskQueue(name="default"),),
         adopt: Sequence[str] = (),
         listen: bool = True,
+        pool_size: int = 8,
         application_version: str = _DEFAULT_VERSION,
         clock: Clock | None = None,
     ) -> None:
@@ -76,6 +77,7 @@ class DbosTaskRunner:
             application_version=application_version,
             queues=tuple(queues),
             listen=listen,
+            pool_size=pool_size,
         )
         self._queues = frozenset(names)
         self._adopt = tuple(adopt)
