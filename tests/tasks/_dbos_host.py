@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ToolFailed, ToolRetryable
 from handrail.tasks.runner import (
+    TaskCancelled,
     TaskExpired,
     TaskFailure,
     TaskScope,
@@ -96,6 +97,11 @@ class FileHost:
                 (submission.task_id, "queued", submission.expires_at.isoformat()),
             )
 
+    def request_cancel(self, task_id: str) -> None:
+        """What Handrail's own cancel does to a running task: mark it for its worker."""
+        with self._db() as db:
+            db.execute("UPDATE records SET state = 'cancelling' WHERE task_id = ?", (task_id,))
+
     def state(self, task_id: str) -> str | None:
         rows = self.query("SELECT state FROM records WHERE task_id = ?", task_id)
         return None if not rows else str(rows[0][0])
@@ -158,8 +164,11 @@ class FileHost:
         with self._db() as db:
             self._event(db, task_id, "checkpoint", None, worker)
             expired = self._expired(db, task_id)
+            row = db.execute("SELECT state FROM records WHERE task_id = ?", (task_id,)).fetchone()
         if expired:
             raise TaskExpired
+        if row is not None and row[0] == "cancelling":
+            raise TaskCancelled
 
     async def progress(
         self, task_id: str, fraction: float, message: str | None, *, worker: str

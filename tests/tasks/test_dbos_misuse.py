@@ -139,3 +139,19 @@ async def test_a_step_result_that_is_not_json_fails_the_task(
     await runner.submit(task)
     await wait_for_async(lambda: host.state("t-set") == "failed", "failed")
     assert [e[3] for e in host.events("t-set", "failed")] == [ErrorCode.FAILED_FINAL]
+
+
+async def test_a_launch_that_fails_leaves_the_process_free_for_the_next(
+    host: FileHost, tmp_path: Path
+) -> None:
+    broken = DbosTaskRunner(
+        host,
+        system_database_url=f"sqlite:///{tmp_path / 'missing' / 'dir' / 'dbos.sqlite'}",
+        worker_id="w1",
+    )
+    with pytest.raises(Exception, match=r"(?i)unable to open|no such"):
+        await broken.start()
+    working = _runner(host, tmp_path)
+    working.register("script", script_body(host))
+    await working.start()
+    await working.stop()

@@ -151,7 +151,7 @@ async def test_cancel_of_an_unknown_or_finished_task_is_false(
     task = submission("t-done", [{"name": "a"}], now=clock.now())
     host.add(task)
     await runner.submit(task)
-    await _state(host, "t-done", "succeeded")
+    await _engine_status("t-done", "SUCCESS")
     assert await runner.cancel("t-done") is False
     assert host.state("t-done") == "succeeded"
 
@@ -225,3 +225,74 @@ async def test_a_final_error_fails_once_without_a_retry(
     assert len(host.events("t-final", "begin")) == 1
     assert host.events("t-final", "retrying") == []
     assert [name for name, _ in host.runs("t-final")] == ["a", "b"]
+
+
+async def test_a_cancel_recorded_by_handrail_alone_stops_the_task_at_its_next_step(
+    runner: DbosTaskRunner, host: FileHost, clock: FixedClock, tmp_path: Path
+) -> None:
+    # The cancel_task tool or the CLI in another process marks the record; the worker
+    # notices at its next boundary without the engine being told.
+    steps = [{"name": "a", "wait": True}, {"name": "b", "effect": True}]
+    task = submission("t-marked", steps, now=clock.now())
+    host.add(task)
+    await runner.submit(task)
+    await wait_for_async(lambda: host.runs("t-marked") == [("a", "w1")], "step a running")
+    host.request_cancel("t-marked")
+    release(tmp_path, "t-marked", "a")
+    await _state(host, "t-marked", "cancelled")
+    assert host.runs("t-marked") == [("a", "w1")]
+    assert host.effects("t-marked") == []
+
+
+async def test_a_worker_stopped_mid_task_is_adopted_in_this_process(
+    dbos_url: str, host: FileHost, clock: FixedClock, tmp_path: Path
+) -> None:
+    def runner_as(worker: str, adopt: tuple[str, ...] = ()) -> DbosTaskRunner:
+        made = DbosTaskRunner(
+            host, system_database_url=dbos_url, worker_id=worker, adopt=adopt, clock=clock
+        )
+        made.register("script", script_body(host))
+        return made
+
+    first = runner_as("w1")
+    await first.start()
+    try:
+        steps = [{"name": "a", "effect": True}, {"name": "b", "wait": True}]
+        for task_id in ("t-left", "t-left-cancelled"):
+            task = submission(task_id, steps, now=clock.now())
+            host.add(task)
+            await first.submit(task)
+            await wait_for_async(lambda t=task_id: len(host.runs(t)) == 2, f"{task_id} in b")
+    finally:
+        await first.stop()
+    second = runner_as("w2")
+    await second.start()
+    try:
+        # Cancelled while no worker runs it: nobody would notice but the adopter.
+        assert await second.cancel("t-left-cancelled") is True
+        assert host.state("t-left-cancelled") == "running"
+        adopted = await second.adopt(["w1"])
+        assert adopted == ["t-left"]
+        assert host.state("t-left-cancelled") == "cancelled"
+        await wait_for_async(lambda: len(host.runs("t-left")) == 3, "b resumed")
+        release(tmp_path, "t-left", "b")
+        await _state(host, "t-left", "succeeded")
+        assert await second.adopt(["w1"]) == []
+    finally:
+        await second.stop()
+    assert [name for name, _ in host.runs("t-left")] == ["a", "b", "b"]
+    assert host.effects("t-left") == ["a"]
+    assert [e[1] for e in host.events("t-left", "begin")] == [1, 2]
+
+
+async def test_a_task_of_a_tool_this_worker_lacks_fails_once(
+    runner: DbosTaskRunner, host: FileHost, clock: FixedClock
+) -> None:
+    task = submission("t-lost", [], now=clock.now(), tool="nobody")
+    host.add(task)
+    with pytest.raises(ValueError, match="no task body registered"):
+        await runner.submit(task)
+    # A submitting process that knows the tool while this worker does not.
+    assert await edge.enqueue("default", "t-lost", task.to_json()) is True
+    await _state(host, "t-lost", "failed")
+    assert [e[3] for e in host.events("t-lost", "failed")] == [ErrorCode.FAILED_FINAL]

@@ -22,12 +22,14 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from handrail.clock import Clock, SystemClock
+from handrail.errors import ErrorCode
 from handrail.principal import Principal
 from handrail.tasks import _dbos_edge as edge
 from handrail.tasks.runner import (
     TaskBody,
     TaskCancelled,
     TaskExpired,
+    TaskFailure,
     TaskHost,
     TaskSubmission,
     task_failure,
@@ -129,6 +131,8 @@ class DbosTaskRunner:
         self._require_started()
         if submission.queue not in self._queues:
             raise ValueError(f"unknown task queue {submission.queue!r}")
+        if submission.tool not in self._bodies:
+            raise ValueError(f"no task body registered for tool {submission.tool!r}")
         return await edge.enqueue(submission.queue, submission.task_id, submission.to_json())
 
     async def cancel(self, task_id: str) -> bool:
@@ -154,11 +158,12 @@ class DbosTaskRunner:
 
     async def _run(self, submission_json: str) -> None:
         submission = TaskSubmission.from_json(submission_json)
-        body = self._bodies.get(submission.tool)
-        if body is None:
-            _log.error("no task body registered for tool %r", submission.tool)
-            raise LookupError(f"no task body registered for tool {submission.tool!r}")
         host, task_id = self._host, submission.task_id
+        body = self._bodies.get(submission.tool)
+        if body is None:  # a worker deployed without this tool: fail it, loudly
+            _log.error("task %s: no body registered for tool %r", task_id, submission.tool)
+            await host.failed(task_id, TaskFailure(code=ErrorCode.FAILED_FINAL, retryable=False))
+            return
         recovered = await edge.attempts_started() - 1
         finished: dict[str, Any] = {}
         try:
