@@ -263,6 +263,15 @@ async def test_a_worker_stopped_mid_task_is_adopted_in_this_process(
             host.add(task)
             await first.submit(task)
             await wait_for_async(lambda t=task_id: len(host.runs(t)) == 2, f"{task_id} in b")
+        retried = submission(
+            "t-left-retried",
+            [{"name": "a", "transient": [1]}, {"name": "b", "wait": True}],
+            now=clock.now(),
+            max_attempts=3,
+        )
+        host.add(retried)
+        await first.submit(retried)
+        await wait_for_async(lambda: len(host.runs("t-left-retried")) == 3, "retried in b")
     finally:
         await first.stop()
     second = runner_as("w2")
@@ -272,17 +281,23 @@ async def test_a_worker_stopped_mid_task_is_adopted_in_this_process(
         assert await second.cancel("t-left-cancelled") is True
         assert host.state("t-left-cancelled") == "running"
         adopted = await second.adopt(["w1"])
-        assert adopted == ["t-left"]
+        assert sorted(adopted) == ["t-left", "t-left-retried"]
         assert host.state("t-left-cancelled") == "cancelled"
         await wait_for_async(lambda: len(host.runs("t-left")) == 3, "b resumed")
         release(tmp_path, "t-left", "b")
         await _state(host, "t-left", "succeeded")
+        await wait_for_async(lambda: len(host.runs("t-left-retried")) == 4, "retried b again")
+        release(tmp_path, "t-left-retried", "b")
+        await _state(host, "t-left-retried", "succeeded")
         assert await second.adopt(["w1"]) == []
     finally:
         await second.stop()
+    # The replayed failure of attempt 1 told w2 this is a recovery: attempts 2, then 3.
+    assert [e[1] for e in host.events("t-left-retried", "begin")] == [1, 2, 1, 2, 3]
+    assert [name for name, _ in host.runs("t-left-retried")] == ["a", "a", "b", "b"]
     assert [name for name, _ in host.runs("t-left")] == ["a", "b", "b"]
     assert host.effects("t-left") == ["a"]
-    assert [e[1] for e in host.events("t-left", "begin")] == [1, 2]
+    assert [e[1] for e in host.events("t-left", "begin")] == [1, 1, 2]
 
 
 async def test_a_task_of_a_tool_this_worker_lacks_fails_once(

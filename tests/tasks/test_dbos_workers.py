@@ -117,8 +117,9 @@ def test_a_worker_killed_mid_task_is_resumed_by_another_after_its_last_finished_
         ("e4", "wb"),
     ]
     assert host.effects("t-kill") == ["e1", "e4"]
+    # wb learns it is a recovery from its first replayed step, and says so.
     begins = [(attempt, worker) for _, attempt, worker, _ in host.events("t-kill", "begin")]
-    assert begins == [(1, "wa"), (2, "wb")]
+    assert begins == [(1, "wa"), (1, "wb"), (2, "wb")]
     (result,) = [json.loads(e[3]) for e in host.events("t-kill", "succeeded")]
     assert [value["step"] for value in result] == ["e1", "s2", "s3", "e4"]
 

@@ -174,7 +174,9 @@ async def enqueue(queue: str, workflow_id: str, submission_json: str) -> bool:
 
 
 def _read_status(workflow_id: str) -> WorkflowStatus | None:
-    return DBOS.get_workflow_status(workflow_id)
+    # Without its input and output: the status row only (one indexed read).
+    found = DBOS.list_workflows(workflow_ids=[workflow_id], load_input=False, load_output=False)
+    return found[0] if found else None
 
 
 async def _status_now(workflow_id: str) -> WorkflowStatus | None:

@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from handrail.clock import Clock, SystemClock
-from handrail.errors import ErrorCode
+from handrail.errors import ConfigurationError, ErrorCode
 from handrail.principal import Principal
 from handrail.tasks import _dbos_edge as edge
 from handrail.tasks.runner import (
@@ -164,14 +164,13 @@ class DbosTaskRunner:
             _log.error("task %s: no body registered for tool %r", task_id, submission.tool)
             await host.failed(task_id, TaskFailure(code=ErrorCode.FAILED_FINAL, retryable=False))
             return
-        recovered = await edge.attempts_started() - 1
-        finished: dict[str, Any] = {}
+        run = _Execution()
         try:
             for index in range(1, submission.max_attempts + 1):
-                attempt = index + recovered
+                scope = _Scope(self, submission, index, run)
+                attempt = scope.attempt
                 if not await host.begin(task_id, attempt=attempt, worker=self.worker_id):
                     return
-                scope = _Scope(self, submission, attempt, finished)
                 try:
                     result = await body(submission.arguments, scope)
                 except (TaskCancelled, TaskExpired):
@@ -203,6 +202,22 @@ class DbosTaskRunner:
             raise
 
 
+class _Execution:
+    """One run of a task's workflow in this process, across its attempts.
+
+    `finished` holds the results of the steps finished so far (a retry returns them
+    instead of running the step again). `recovered` is how many times DBOS started
+    this workflow before this run: unknown (None, taken as 0) until a step comes back
+    from its checkpoint instead of running, which only a re-run sees; it is read from
+    DBOS then, once, so a first run pays no read for it. A recovered run that finds no
+    finished step counts as a first run again: nothing of the earlier one was kept.
+    """
+
+    def __init__(self) -> None:
+        self.finished: dict[str, Any] = {}
+        self.recovered: int | None = None
+
+
 class _Scope:
     """One attempt's `TaskScope`: DBOS steps, checked at every boundary."""
 
@@ -210,13 +225,13 @@ class _Scope:
         self,
         runner: DbosTaskRunner,
         submission: TaskSubmission,
-        attempt: int,
-        finished: dict[str, Any],
+        index: int,
+        run: _Execution,
     ) -> None:
         self._runner = runner
         self._submission = submission
-        self._attempt = attempt
-        self._finished = finished
+        self._index = index
+        self._run = run
         self._names: set[str] = set()
 
     @property
@@ -232,7 +247,7 @@ class _Scope:
     @property
     def attempt(self) -> int:
         """1 for the first attempt; retries and recoveries count up."""
-        return self._attempt
+        return self._index + (self._run.recovered or 0)
 
     async def step(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
         """Run `fn` once as a checkpointed DBOS step named `name`."""
@@ -256,15 +271,39 @@ class _Scope:
 
     async def _once(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
         if name in self._names:
-            raise ValueError(f"step name {name!r} is used twice in one task")
+            raise ConfigurationError(f"step name {name!r} is used twice in one task")
         self._names.add(name)
-        if name in self._finished:  # finished in an earlier attempt: never again
-            done: T = self._finished[name]
+        if name in self._run.finished:  # finished in an earlier attempt: never again
+            done: T = self._run.finished[name]
             return done
         await self._boundary()
-        result = await edge.run_step(name, fn)
-        self._finished[name] = result
+        ran = False
+
+        async def tracked() -> T:
+            nonlocal ran
+            ran = True
+            return await fn()
+
+        try:
+            result = await edge.run_step(name, tracked)
+        except Exception:
+            if not ran:  # a failure replayed from the checkpoint
+                await self._replayed()
+            raise
+        if not ran:
+            await self._replayed()
+        self._run.finished[name] = result
         return result
+
+    async def _replayed(self) -> None:
+        """A step came back from its checkpoint: learn how often DBOS ran this before."""
+        if self._run.recovered is not None:
+            return
+        self._run.recovered = await edge.attempts_started() - 1
+        if self._run.recovered:
+            await self._runner._host.begin(  # noqa: SLF001 - one unit
+                self.task_id, attempt=self.attempt, worker=self._runner.worker_id
+            )
 
     async def _boundary(self) -> None:
         await self._runner._host.checkpoint(  # noqa: SLF001 - one unit
