@@ -11,7 +11,7 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp bench-search lock clean system-packages npm-tools
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp bench-search bench-tasks lock clean system-packages npm-tools
 
 help:
 	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-tools   search_text vs rg --json; read_file tail of 100 MB; sandbox start"
 	@echo "make bench-mcp     a tool call through Handrail's MCP server vs a bare mcp SDK server"
 	@echo "make bench-search  tool search over 1,000 tools: tokens per turn vs every definition; latency"
+	@echo "make bench-tasks   no-op tasks/s through the DBOS task runner vs DBOS's bare workflow"
 	@echo "make npm-tools     the pinned MCP Inspector CLI and reference MCP servers, into .tools/npm"
 
 $(UV):
@@ -118,6 +119,9 @@ bench-mcp: $(VENV)/.synced
 
 bench-search: $(VENV)/.synced
 	$(VENV)/bin/python bench/tool_search.py
+
+bench-tasks: $(VENV)/.synced
+	$(VENV)/bin/python bench/task_throughput.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers

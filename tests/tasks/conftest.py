@@ -1,0 +1,3 @@
+"""Fixtures of the task tests: DBOS's system database on SQLite and on PostgreSQL."""
+
+from _dbos_setup import dbos_url, postgres_dbos_url  # noqa: F401
