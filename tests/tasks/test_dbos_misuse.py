@@ -8,6 +8,9 @@ On SQLite only: these are the runner's own rules, not the database's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,23 @@ async def test_a_runner_stopped_leaves_its_loop_working_and_may_start_again(
         await made.stop()
         await made.stop()  # a second stop is nothing
         assert await asyncio.to_thread(lambda: 42) == 42
+
+
+async def test_the_engine_logs_through_the_host_and_survives_a_closed_stderr(
+    host: FileHost, tmp_path: Path
+) -> None:
+    # A test runner or a CLI runner swaps sys.stderr for a buffer it closes afterwards;
+    # an engine that bound its own console handler to it failed at the next launch.
+    for _ in range(2):
+        swapped = io.StringIO()
+        made = _runner(host, tmp_path)
+        with contextlib.redirect_stderr(swapped):
+            await made.start()
+        swapped.close()
+        await made.stop()
+    engine_log = logging.getLogger("dbos")
+    assert engine_log.propagate
+    assert not [h for h in engine_log.handlers if isinstance(h, logging.StreamHandler)]
 
 
 def test_queues_must_be_named_and_distinct(host: FileHost, tmp_path: Path) -> None:

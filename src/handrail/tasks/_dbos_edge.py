@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -102,11 +103,26 @@ async def _handrail_task(submission_json: str) -> None:
     await run(submission_json)
 
 
+def _host_logging() -> None:
+    """Send DBOS's log records through the host's logging configuration.
+
+    Left alone, DBOS gives its logger a console handler bound to whatever `sys.stderr`
+    is at its first launch; a library must not, and once that stream is closed (a test
+    runner's capture, a CLI runner's buffer) every later launch fails flushing it. A
+    handler present before the first launch keeps DBOS from adding its own.
+    """
+    engine_log = logging.getLogger("dbos")
+    if not engine_log.handlers:
+        engine_log.addHandler(logging.NullHandler())
+        engine_log.propagate = True
+
+
 def launch(config: EngineConfig, run: _Runner) -> None:
     """Create and launch DBOS for this process (blocking: migrations, threads)."""
     if "run" in _slot:
         raise RuntimeError("a DbosTaskRunner is already started in this process")
     _slot["run"] = run
+    _host_logging()
     try:
         DBOS(
             config={
