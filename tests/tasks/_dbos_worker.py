@@ -4,7 +4,8 @@ The JSON names DBOS's system database (`url`), this worker's id (`worker`), the 
 it adopts (`adopt`), its task lease in seconds (`lease`, null: no takeover), the facts
 file (`facts`), its queues (`queues`: name, concurrency, worker_concurrency) and the
 tasks it submits once started (`submit`: arguments of `_dbos_setup.submission`). It
-starts a `DbosTaskRunner` with the scripted body, submits, touches `<facts dir>/ready-<worker>` and then serves until it is killed.
+starts a `DbosTaskRunner` with the scripted body, submits, touches
+`<facts dir>/ready-<worker>` and then serves until it is killed.
 """
 
 from __future__ import annotations
