@@ -193,6 +193,7 @@ class FileHost:
     async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
         now = self.clock.now().timestamp()
         with self._db() as db:  # BEGIN IMMEDIATE: the read and the write are one step
+            self._event(db, task_id, "lease-check", None, worker)
             row = db.execute(
                 "SELECT worker FROM records WHERE task_id = ? AND state = 'running'"
                 " AND worker IS NOT NULL AND worker != ? AND heartbeat <= ?",

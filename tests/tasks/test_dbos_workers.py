@@ -181,3 +181,103 @@ def test_two_workers_on_one_postgres_share_a_queue_whose_limit_holds(
     workers = {worker for i in ids for _, worker in host.runs(i)}
     assert workers == {"wa", "wb"}
     assert all(len(host.runs(i)) == 1 for i in ids)
+
+
+# --- leases: takeover without `adopt` ----------------------------------------------------
+
+
+def _takeovers(host: FileHost, task_id: str) -> list[tuple[str, str]]:
+    """(claimant, previous holder) of every takeover of a task."""
+    return [(worker, detail) for _, _, worker, detail in host.events(task_id, "takeover")]
+
+
+def test_a_worker_killed_mid_task_is_taken_over_once_its_lease_ran_out(
+    dbos_url: str, tmp_path: Path
+) -> None:
+    facts = tmp_path / "facts.sqlite"
+    host = FileHost(facts)
+    steps = [
+        {"name": "e1", "effect": True},
+        {"name": "s2"},
+        {"name": "s3", "wait": True},
+        {"name": "e4", "effect": True},
+    ]
+    task = {"task_id": "t-lease", "steps": steps}
+    config = {"url": dbos_url, "facts": str(facts), "lease": 2.0}
+    with _workers(tmp_path) as started:
+        first = _start(started, tmp_path, worker="wa", submit=[task], **config)
+        wait_for(lambda: ("s3", "wa") in host.runs("t-lease"), "s3 running on wa")
+        first.kill()
+        second = _start(started, tmp_path, worker="wb", **config)  # no adopt=
+        wait_for(lambda: ("s3", "wb") in host.runs("t-lease"), f"taken over; {second.diagnosis()}")
+        release(tmp_path, "t-lease", "s3")
+        wait_for(lambda: host.state("t-lease") == "succeeded", f"done; {second.diagnosis()}")
+    assert _takeovers(host, "t-lease") == [("wb", "wa")]
+    assert host.runs("t-lease") == [
+        ("e1", "wa"),
+        ("s2", "wa"),
+        ("s3", "wa"),
+        ("s3", "wb"),
+        ("e4", "wb"),
+    ]
+    assert host.effects("t-lease") == ["e1", "e4"]
+
+
+def test_a_live_worker_in_one_long_step_keeps_its_lease(dbos_url: str, tmp_path: Path) -> None:
+    facts = tmp_path / "facts.sqlite"
+    host = FileHost(facts)
+    task = {"task_id": "t-long", "steps": [{"name": "s1", "wait": True}]}
+    # A 6 s lease renewed every 2 s: a loaded machine would have to stall a live worker
+    # for 4 s to lose it.
+    config = {"url": dbos_url, "facts": str(facts), "lease": 6.0}
+    with _workers(tmp_path) as started:
+        _start(started, tmp_path, worker="wa", submit=[task], **config)
+        wait_for(lambda: host.runs("t-long") == [("s1", "wa")], "s1 running on wa")
+        _start(started, tmp_path, worker="wb", **config)
+        # Seven beats are at least 14 s (two leases) of one step; then wb looks three
+        # more times at the task and must leave it.
+        wait_for(lambda: len(host.events("t-long", "heartbeat")) >= 7, "two leases of s1")
+        looked = len(host.events("t-long", "lease-check"))
+        wait_for(lambda: len(host.events("t-long", "lease-check")) >= looked + 3, "wb looked")
+        release(tmp_path, "t-long", "s1")
+        wait_for(lambda: host.state("t-long") == "succeeded", "done")
+    assert {worker for _, _, worker, _ in host.events("t-long", "lease-check")} == {"wb"}
+    assert {worker for _, _, worker, _ in host.events("t-long", "heartbeat")} == {"wa"}
+    assert _takeovers(host, "t-long") == []
+    assert host.runs("t-long") == [("s1", "wa")]
+
+
+def test_two_live_workers_racing_for_a_dead_workers_tasks_run_each_once(
+    dbos_url: str, tmp_path: Path
+) -> None:
+    facts = tmp_path / "facts.sqlite"
+    host = FileHost(facts)
+    steps = [
+        {"name": "e1", "effect": True},
+        {"name": "s2", "wait": True},
+        {"name": "e3", "effect": True},
+    ]
+    ids = [f"t-race-{n}" for n in range(3)]
+    tasks = [{"task_id": i, "steps": steps} for i in ids]
+    config = {"url": dbos_url, "facts": str(facts), "lease": 2.0}
+    with _workers(tmp_path) as started:
+        first = _start(started, tmp_path, worker="wa", submit=tasks, **config)
+        wait_for(lambda: all(("s2", "wa") in host.runs(i) for i in ids), "s2 running on wa")
+        first.kill()
+        # Both start before either is waited for: their watchers look at the same time.
+        racers = [_Worker({"worker": name, **config}, tmp_path) for name in ("wb", "wc")]
+        started.extend(racers)
+        for racer in racers:
+            racer.wait_ready()
+        for i in ids:
+            wait_for(lambda i=i: len(host.runs(i)) == 3, f"{i} taken over")
+            release(tmp_path, i, "s2")
+            wait_for(lambda i=i: host.state(i) == "succeeded", f"{i} done")
+    for i in ids:
+        ((claimant, holder),) = _takeovers(host, i)
+        assert (claimant in {"wb", "wc"}, holder) == (True, "wa")
+        runs = host.runs(i)
+        runner = runs[-1][1]  # the claimant re-enqueues; either racer may dequeue it
+        assert runs == [("e1", "wa"), ("s2", "wa"), ("s2", runner), ("e3", runner)]
+        assert runner in {"wb", "wc"}
+        assert host.effects(i) == ["e1", "e3"]
