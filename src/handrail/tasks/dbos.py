@@ -269,9 +269,11 @@ class DbosTaskRunner:
         """Renew this worker's lease on `task_id` until cancelled (the attempt ended)."""
         while True:
             await asyncio.sleep(every)
-            try:
-                if not await self._host.heartbeat(task_id, worker=self.worker_id):
-                    _log.debug("task %s: lease not held by %s", task_id, self.worker_id)
+            try:  # False (the lease is elsewhere) only matters to whoever holds it now
+                held = await self._host.heartbeat(task_id, worker=self.worker_id)
+                _log.debug(
+                    "task %s: heartbeat of %s, lease held: %s", task_id, self.worker_id, held
+                )
             except Exception:  # noqa: BLE001 - a failed beat is retried at the next one
                 _log.exception("task %s: heartbeat failed", task_id)
 
