@@ -355,13 +355,13 @@ async def test_a_stopped_workers_task_is_taken_over_once_its_lease_ran_out_on_th
         host.add(task)
         await first.submit(task)
         await wait_for_async(lambda: len(host.runs("t-lease")) == 2, "b running")
-        await wait_for_async(lambda: host.events("t-lease", "heartbeat"), "a heartbeat")
+        await wait_for_async(lambda: bool(host.events("t-lease", "heartbeat")), "a heartbeat")
     finally:
         await first.stop()
     second = runner_as("w2")
     await second.start()
     try:
-        await wait_for_async(lambda: host.events("t-lease", "lease-check"), "w2 looked")
+        await wait_for_async(lambda: bool(host.events("t-lease", "lease-check")), "w2 looked")
         assert (host.events("t-lease", "takeover"), len(host.runs("t-lease"))) == ([], 2)
         clock.advance(1.0)
         await wait_for_async(lambda: len(host.runs("t-lease")) == 3, "b taken over")
