@@ -8,7 +8,9 @@ wrote is what the test waits for: no sleep races a margin.
 
 The host keeps the task-record rules the DBOS runner relies on (terminal states never
 move; `begin` refuses a finished, cancelled or expired task; `checkpoint` raises
-`TaskExpired` past `expires_at`); Handrail's own `TaskRecords` is tested elsewhere.
+`TaskExpired` past `expires_at`; `take_over` claims a running task whose heartbeat is a
+lease old, under the file's write lock, so one of two claimants gets it); Handrail's own
+`TaskRecords` is tested elsewhere.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ WAIT_S = 120.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (task_id TEXT PRIMARY KEY, state TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0, worker TEXT, expires_at TEXT NOT NULL);
+    attempt INTEGER NOT NULL DEFAULT 0, worker TEXT, expires_at TEXT NOT NULL,
+    heartbeat REAL);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT,
     kind TEXT, attempt INTEGER, worker TEXT, detail TEXT);
 CREATE TABLE IF NOT EXISTS runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT,
@@ -155,8 +158,9 @@ class FileHost:
                 db.execute("UPDATE records SET state = 'expired' WHERE task_id = ?", (task_id,))
                 return False
             db.execute(
-                "UPDATE records SET state = 'running', attempt = ?, worker = ? WHERE task_id = ?",
-                (attempt, worker, task_id),
+                "UPDATE records SET state = 'running', attempt = ?, worker = ?, heartbeat = ?"
+                " WHERE task_id = ?",
+                (attempt, worker, self.clock.now().timestamp(), task_id),
             )
             return True
 
@@ -175,6 +179,34 @@ class FileHost:
     ) -> None:
         with self._db() as db:
             self._event(db, task_id, "progress", None, json.dumps([fraction, message]))
+
+    async def heartbeat(self, task_id: str, *, worker: str) -> bool:
+        with self._db() as db:
+            self._event(db, task_id, "heartbeat", None, worker)
+            renewed = db.execute(
+                "UPDATE records SET heartbeat = ? WHERE task_id = ? AND state = 'running'"
+                " AND worker = ?",
+                (self.clock.now().timestamp(), task_id, worker),
+            )
+            return renewed.rowcount == 1
+
+    async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
+        now = self.clock.now().timestamp()
+        with self._db() as db:  # BEGIN IMMEDIATE: the read and the write are one step
+            self._event(db, task_id, "lease-check", None, worker)
+            row = db.execute(
+                "SELECT worker FROM records WHERE task_id = ? AND state = 'running'"
+                " AND worker IS NOT NULL AND worker != ? AND heartbeat <= ?",
+                (task_id, worker, now - lease_seconds),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE records SET worker = ?, heartbeat = ? WHERE task_id = ?",
+                (worker, now, task_id),
+            )
+            self._event(db, task_id, "takeover", None, str(row[0]))
+            return str(row[0])
 
     async def retrying(
         self, task_id: str, *, attempt: int, failure: TaskFailure, retry_at: datetime

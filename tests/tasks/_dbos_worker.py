@@ -1,10 +1,11 @@
 """A DBOS task worker process for the cross-process tests: `python _dbos_worker.py '<json>'`.
 
 The JSON names DBOS's system database (`url`), this worker's id (`worker`), the workers
-it adopts (`adopt`), the facts file (`facts`), its queues (`queues`: name, concurrency,
-worker_concurrency) and the tasks it submits once started (`submit`: arguments of
-`_dbos_setup.submission`). It starts a `DbosTaskRunner` with the scripted body, submits,
-touches `<facts dir>/ready-<worker>` and then serves until it is killed.
+it adopts (`adopt`), its task lease in seconds (`lease`, null: no takeover), the facts
+file (`facts`), its queues (`queues`: name, concurrency, worker_concurrency) and the
+tasks it submits once started (`submit`: arguments of `_dbos_setup.submission`). It
+starts a `DbosTaskRunner` with the scripted body, submits, touches
+`<facts dir>/ready-<worker>` and then serves until it is killed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ async def _serve(config: dict[str, Any]) -> None:
         worker_id=config["worker"],
         queues=queues,
         adopt=config.get("adopt", ()),
+        lease_seconds=config.get("lease", 30.0),
     )
     runner.register("script", script_body(host))
     await runner.start()

@@ -140,6 +140,25 @@ def test_queues_must_be_named_and_distinct(host: FileHost, tmp_path: Path) -> No
             DbosTaskRunner(host, system_database_url=url, worker_id="w", queues=queues)
 
 
+async def test_a_lease_must_be_positive_or_none_and_none_runs_without_beats(
+    host: FileHost, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    for lease in (0.0, -1.0):
+        with pytest.raises(ValueError, match="lease_seconds > 0"):
+            DbosTaskRunner(host, system_database_url=url, worker_id="w", lease_seconds=lease)
+    made = DbosTaskRunner(host, system_database_url=url, worker_id="w", lease_seconds=None)
+    made.register("script", script_body(host))
+    await made.start()
+    try:
+        task = submission("t-no-lease", [{"name": "a"}])
+        host.add(task)
+        await made.submit(task)
+        await wait_for_async(lambda: host.state("t-no-lease") == "succeeded", "done")
+    finally:
+        await made.stop()
+
+
 async def test_a_step_name_used_twice_fails_the_task_once(
     runner: DbosTaskRunner, host: FileHost
 ) -> None:

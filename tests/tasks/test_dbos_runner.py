@@ -311,3 +311,66 @@ async def test_a_task_of_a_tool_this_worker_lacks_fails_once(
     assert await edge.enqueue("default", "t-lost", task.to_json()) is True
     await _state(host, "t-lost", "failed")
     assert [e[3] for e in host.events("t-lost", "failed")] == [ErrorCode.FAILED_FINAL]
+
+
+class _FlakyHost(FileHost):
+    """A FileHost whose first heartbeat and first takeover look fail (both are retried)."""
+
+    def __init__(self, path: Path, *, clock: FixedClock) -> None:
+        super().__init__(path, clock=clock, worker="w1")
+        self.failures = {"heartbeat", "take_over"}
+
+    def _flake(self, name: str) -> None:
+        if name in self.failures:
+            self.failures.discard(name)
+            raise OSError(f"{name} failed once")
+
+    async def heartbeat(self, task_id: str, *, worker: str) -> bool:
+        self._flake("heartbeat")
+        return await super().heartbeat(task_id, worker=worker)
+
+    async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
+        self._flake("take_over")
+        return await super().take_over(task_id, worker=worker, lease_seconds=lease_seconds)
+
+
+async def test_a_stopped_workers_task_is_taken_over_once_its_lease_ran_out_on_the_clock(
+    dbos_url: str, clock: FixedClock, tmp_path: Path
+) -> None:
+    # Beats and looks come often (real time); the lease runs out only when the injected
+    # clock is moved on, so nothing is taken over before the test says so.
+    host = _FlakyHost(tmp_path / "facts.sqlite", clock=clock)
+
+    def runner_as(worker: str) -> DbosTaskRunner:
+        made = DbosTaskRunner(
+            host, system_database_url=dbos_url, worker_id=worker, clock=clock, lease_seconds=0.3
+        )
+        made.register("script", script_body(host))
+        return made
+
+    first = runner_as("w1")
+    await first.start()
+    try:
+        task = submission("t-lease", [{"name": "a", "effect": True}, {"name": "b", "wait": True}])
+        host.add(task)
+        await first.submit(task)
+        await wait_for_async(lambda: len(host.runs("t-lease")) == 2, "b running")
+        await wait_for_async(lambda: bool(host.events("t-lease", "heartbeat")), "a heartbeat")
+    finally:
+        await first.stop()
+    second = runner_as("w2")
+    await second.start()
+    try:
+        await wait_for_async(lambda: bool(host.events("t-lease", "lease-check")), "w2 looked")
+        assert (host.events("t-lease", "takeover"), len(host.runs("t-lease"))) == ([], 2)
+        clock.advance(1.0)
+        await wait_for_async(lambda: len(host.runs("t-lease")) == 3, "b taken over")
+        assert await second.take_over_expired(0.3) == []  # w2 holds it now
+        release(tmp_path, "t-lease", "b")
+        await _state(host, "t-lease", "succeeded")
+    finally:
+        await second.stop()
+    assert [e[3] for e in host.events("t-lease", "takeover")] == ["w1"]
+    assert host.query("SELECT worker FROM records WHERE task_id = 't-lease'") == [("w2",)]
+    assert host.effects("t-lease") == ["a"]
+    assert host.failures == set()

@@ -129,3 +129,33 @@ async def test_a_task_nobody_ran_before_its_expiry_reads_as_expired() -> None:
     await world.runner.start()
     await world.runner.drain()
     assert world.gauge.steps == {}
+
+
+async def test_a_heartbeat_renews_only_the_holders_lease_of_a_running_task() -> None:
+    world = task_world(MemoryStore())
+    task_id = await _queued(world)
+    assert not await world.records.heartbeat(task_id, worker="w1")  # QUEUED: no lease
+    assert not await world.records.heartbeat("t-missing", worker="w1")
+    assert await world.records.begin(task_id, attempt=1, worker="w1")
+    world.clock.advance(5)
+    assert await world.records.heartbeat(task_id, worker="w1")
+    assert not await world.records.heartbeat(task_id, worker="w2")
+    record = await world.records.get(task_id, ALICE)
+    assert (record.lease_holder, record.heartbeat_at) == ("w1", world.clock.now())
+
+
+async def test_a_task_is_taken_over_only_once_its_holders_lease_ran_out() -> None:
+    world = task_world(MemoryStore())
+    task_id = await _queued(world)
+    records = world.records
+    assert await records.take_over(task_id, worker="w2", lease_seconds=10) is None  # QUEUED
+    assert await records.begin(task_id, attempt=1, worker="w1")
+    world.clock.advance(9)
+    assert await records.take_over(task_id, worker="w2", lease_seconds=10) is None  # held
+    world.clock.advance(1)
+    assert await records.take_over(task_id, worker="w1", lease_seconds=10) is None  # its own
+    assert await records.take_over(task_id, worker="w2", lease_seconds=10) == "w1"
+    assert await records.take_over(task_id, worker="w3", lease_seconds=10) is None  # w2's now
+    record = await records.get(task_id, ALICE)
+    assert (record.lease_holder, record.heartbeat_at) == ("w2", world.clock.now())
+    assert not await records.heartbeat(task_id, worker="w1")  # the old holder lost it

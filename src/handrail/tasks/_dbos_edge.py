@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from dbos import DBOS, SetWorkflowID, StepOptions, WorkflowStatus
+from dbos._dbos import _get_dbos_instance
 from dbos._error import (
     DBOSWorkflowCancelledError,
     DBOSWorkflowConflictIDError,
     DBOSWorkflowIDInUseError,
 )
+from dbos._utils import INTERNAL_QUEUE_NAME
 
 __all__ = [
     "ACTIVE",
@@ -37,7 +39,9 @@ __all__ = [
     "cancel",
     "enqueue",
     "launch",
+    "pending_elsewhere",
     "recover",
+    "recover_one",
     "run_step",
     "shutdown",
     "shutdown_from_loop",
@@ -177,6 +181,34 @@ def recover(worker_ids: Sequence[str]) -> list[str]:
     """
     handles = DBOS._recover_pending_workflows(list(worker_ids))  # noqa: SLF001 - see docstring
     return [handle.workflow_id for handle in handles]
+
+
+def recover_one(workflow_id: str, worker_id: str) -> bool:
+    """Re-enqueue one PENDING workflow still owned by `worker_id`; False when it is not.
+
+    The same guarded move as `recover`, for one workflow: DBOS changes the row only while
+    it is PENDING under `worker_id`, and a re-enqueued workflow is started through the
+    queue's atomic dequeue, so however many workers ask, one runs it.
+    """
+    system = _get_dbos_instance()._sys_db  # noqa: SLF001 - see docstring
+    moved: bool = system.reenqueue_for_recovery(workflow_id, [worker_id], INTERNAL_QUEUE_NAME)
+    return moved
+
+
+async def pending_elsewhere(worker_id: str, application_version: str) -> list[tuple[str, str]]:
+    """(workflow id, executor id) of the running task workflows of every other worker."""
+    found = await DBOS.list_workflows_async(
+        name=WORKFLOW_NAME,
+        status=["PENDING"],
+        app_version=application_version,
+        load_input=False,
+        load_output=False,
+    )
+    return [
+        (entry.workflow_id, entry.executor_id)
+        for entry in found
+        if entry.executor_id is not None and entry.executor_id != worker_id
+    ]
 
 
 async def enqueue(queue: str, workflow_id: str, submission_json: str) -> bool:

@@ -4,8 +4,9 @@ Every task is one DBOS workflow (`handrail_task`, in `_dbos_edge`) whose id is t
 id, so the same intent submitted twice is one workflow. It runs on a DBOS queue with
 the limits given here (across workers, and per worker); each `scope.step` and
 `scope.effect` is a DBOS step, checkpointed in the system database, so a worker killed
-mid-task is replayed by another (`adopt=`) or by itself restarted under the same
-`worker_id`, and resumes after its last finished step. Retries of transient failures
+mid-task is replayed by another (`adopt=`, or on its own once the task's lease ran
+out) or by itself restarted under the same `worker_id`, and resumes after its last
+finished step. Retries of transient failures
 run inside the workflow, with a durable sleep for the backoff; a finished step of an
 earlier attempt is not run again. Every move is reported to Handrail's `TaskHost`.
 
@@ -16,6 +17,7 @@ for several. Install with the `tasks` extra (`dbos`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -54,6 +56,13 @@ class DbosTaskRunner:
     With `listen=False` the process only submits and cancels (a gate or a CLI next to
     worker processes); it still takes recovered tasks (DBOS's recovery queue), so it
     registers the same bodies.
+
+    Leases: while a body runs, its worker renews the task's lease every
+    `lease_seconds / 3` (`TaskHost.heartbeat`, between steps too); every worker looks
+    every `lease_seconds / 2` for RUNNING tasks whose holder let the lease run out,
+    claims each on its record (compare-and-set: one claimant) and has DBOS re-enqueue
+    it from the dead worker (one live worker dequeues it). `lease_seconds=None` turns
+    this off; then only `adopt` and a restart under the same id recover.
     """
 
     def __init__(
@@ -68,7 +77,10 @@ class DbosTaskRunner:
         pool_size: int = 8,
         application_version: str = _DEFAULT_VERSION,
         clock: Clock | None = None,
+        lease_seconds: float | None = 30.0,
     ) -> None:
+        if lease_seconds is not None and lease_seconds <= 0:
+            raise ValueError("a task lease needs lease_seconds > 0 (or None: no takeover)")
         names = [queue.name for queue in queues]
         if not names or len(set(names)) != len(names):
             raise ValueError("a DbosTaskRunner needs one or more queues of distinct names")
@@ -86,6 +98,8 @@ class DbosTaskRunner:
         self._clock = clock or SystemClock()
         self._bodies: dict[str, TaskBody] = {}
         self._started = False
+        self._lease = lease_seconds
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def worker_id(self) -> str:
@@ -108,11 +122,17 @@ class DbosTaskRunner:
         self._started = True
         if self._adopt:
             await self.adopt(self._adopt)
+        if self._lease is not None:
+            self._watcher = asyncio.create_task(self._watch(self._lease))
 
     async def stop(self) -> None:
         """Shut DBOS down here; running bodies are left to recovery, not failed."""
         if self._started:
             self._started = False
+            if self._watcher is not None:
+                self._watcher.cancel()
+                await asyncio.gather(self._watcher, return_exceptions=True)
+                self._watcher = None
             await edge.shutdown_from_loop()
 
     async def adopt(self, worker_ids: Sequence[str]) -> list[str]:
@@ -125,6 +145,42 @@ class DbosTaskRunner:
         for task_id in await edge.workflow_ids(worker_ids=worker_ids, statuses=["CANCELLED"]):
             await self._host.cancelled(task_id)
         return await asyncio.to_thread(edge.recover, worker_ids)
+
+    async def take_over_expired(self, lease_seconds: float) -> list[str]:
+        """Take over running tasks of other workers whose lease ran out; their ids.
+
+        Each is claimed on its record first (`TaskHost.take_over`), so of two live
+        workers looking at once only one moves it; DBOS then re-enqueues it only while
+        the dead worker still owns it. The watcher calls this every `lease_seconds / 2`.
+        """
+        self._require_started()
+        version = self._config.application_version
+        taken: list[str] = []
+        for task_id, owner in await edge.pending_elsewhere(self.worker_id, version):
+            holder = await self._host.take_over(
+                task_id, worker=self.worker_id, lease_seconds=lease_seconds
+            )
+            if holder is None:
+                continue
+            moved = await asyncio.to_thread(edge.recover_one, task_id, owner)
+            _log.warning(
+                "task %s: lease of %s ran out; worker %s took it over from executor %s%s",
+                task_id,
+                holder,
+                self.worker_id,
+                owner,
+                "" if moved else " (DBOS had already moved it)",
+            )
+            taken.append(task_id)
+        return taken
+
+    async def _watch(self, lease_seconds: float) -> None:
+        while True:
+            await asyncio.sleep(lease_seconds / 2)
+            try:
+                await self.take_over_expired(lease_seconds)
+            except Exception:  # noqa: BLE001 - a failed look is retried at the next one
+                _log.exception("looking for tasks whose lease ran out failed")
 
     async def submit(self, submission: TaskSubmission) -> bool:
         """Enqueue the task under its id; False when a task of that id existed (one task)."""
@@ -165,6 +221,10 @@ class DbosTaskRunner:
             await host.failed(task_id, TaskFailure(code=ErrorCode.FAILED_FINAL, retryable=False))
             return
         run = _Execution()
+        beating = None
+        if self._lease is not None:  # a fresh context: the beats are no DBOS operations
+            beats = self._beat(task_id, self._lease / 3)
+            beating = asyncio.create_task(beats, context=contextvars.Context())
         try:
             for index in range(1, submission.max_attempts + 1):
                 scope = _Scope(self, submission, index, run)
@@ -200,6 +260,22 @@ class DbosTaskRunner:
             if await edge.status(task_id) == "CANCELLED":
                 await host.cancelled(task_id)
             raise
+        finally:
+            if beating is not None:
+                beating.cancel()
+                await asyncio.gather(beating, return_exceptions=True)
+
+    async def _beat(self, task_id: str, every: float) -> None:
+        """Renew this worker's lease on `task_id` until cancelled (the attempt ended)."""
+        while True:
+            await asyncio.sleep(every)
+            try:  # False (the lease is elsewhere) only matters to whoever holds it now
+                held = await self._host.heartbeat(task_id, worker=self.worker_id)
+                _log.debug(
+                    "task %s: heartbeat of %s, lease held: %s", task_id, self.worker_id, held
+                )
+            except Exception:  # noqa: BLE001 - a failed beat is retried at the next one
+                _log.exception("task %s: heartbeat failed", task_id)
 
 
 class _Execution:

@@ -236,6 +236,39 @@ class TaskRecords:
         value = 0.0 if math.isnan(fraction) else min(1.0, max(0.0, float(fraction)))
         await self._beat(task_id, worker=worker, progress=value, message=clean_message(message))
 
+    async def heartbeat(self, task_id: str, *, worker: str) -> bool:
+        """Renew `worker`'s lease on a RUNNING task; False when the lease is not its own."""
+        now = self._clock.now()
+        return (
+            await self._update(
+                task_id,
+                lambda found: (
+                    _moved(found, heartbeat_at=now)
+                    if found.state is TaskState.RUNNING and found.lease_holder == worker
+                    else None
+                ),
+            )
+            is not None
+        )
+
+    async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
+        """Move a RUNNING task's lease to `worker` once its holder's ran out; that holder."""
+        now = self._clock.now()
+        previous: str | None = None
+
+        def claim(found: TaskRecord) -> TaskRecord | None:
+            nonlocal previous
+            previous = found.lease_holder
+            beat = found.heartbeat_at or found.started_at or found.created_at
+            stale = (now - beat).total_seconds() >= lease_seconds
+            if found.state is not TaskState.RUNNING or previous in (None, worker) or not stale:
+                return None
+            return _moved(found, lease_holder=worker, heartbeat_at=now)
+
+        if await self._update(task_id, claim) is None:
+            return None
+        return previous
+
     async def retrying(
         self, task_id: str, *, attempt: int, failure: TaskFailure, retry_at: datetime
     ) -> None:

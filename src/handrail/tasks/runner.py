@@ -200,6 +200,24 @@ class TaskHost(Protocol):
         """Store progress (clamped, sanitised) and count it as a heartbeat."""
         ...
 
+    async def heartbeat(self, task_id: str, *, worker: str) -> bool:
+        """Renew `worker`'s lease on a RUNNING task while its body runs (between steps too).
+
+        Never raises to stop the body (`checkpoint` does that). False when the lease is
+        not `worker`'s: another worker took the task over, or it is no longer RUNNING.
+        """
+        ...
+
+    async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
+        """Claim a RUNNING task whose holder's lease ran out, by compare-and-set.
+
+        The lease runs out when the last heartbeat is `lease_seconds` old (on the host's
+        clock). Returns the holder it was taken from, or None when it was not taken (not
+        RUNNING, lease still held, already `worker`'s): of two workers asking at once,
+        one gets it.
+        """
+        ...
+
     async def retrying(
         self, task_id: str, *, attempt: int, failure: TaskFailure, retry_at: datetime
     ) -> None:
