@@ -60,7 +60,7 @@ from psycopg import sql
 
 from handrail.principal import Principal
 from handrail.tasks.dbos import DbosTaskRunner, TaskQueue
-from handrail.tasks.runner import TaskFailure, TaskScope, TaskSubmission
+from handrail.tasks.runner import TaskFailure, TaskHost, TaskScope, TaskSubmission
 
 T = TypeVar("T")
 
@@ -115,6 +115,12 @@ class NullHost:
     async def checkpoint(self, task_id: str, *, worker: str) -> None:
         return None
 
+    async def heartbeat(self, task_id: str, *, worker: str) -> bool:
+        return True
+
+    async def take_over(self, task_id: str, *, worker: str, lease_seconds: float) -> str | None:
+        return None
+
     async def progress(
         self, task_id: str, fraction: float, message: str | None, *, worker: str
     ) -> None:
@@ -144,8 +150,9 @@ class NullHost:
 
 
 def _runner(url: str, worker: str, *, listen: bool) -> DbosTaskRunner:
+    host: TaskHost = NullHost()  # checked against the seam: a missing method fails mypy
     runner = DbosTaskRunner(
-        NullHost(), system_database_url=url, worker_id=worker, queues=QUEUES, listen=listen
+        host, system_database_url=url, worker_id=worker, queues=QUEUES, listen=listen
     )
     runner.register(TOOL, noop_body)
     return runner
