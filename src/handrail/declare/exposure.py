@@ -50,6 +50,11 @@ from handrail.principal import Principal
 from handrail.spec import RiskLevel, ToolSpec
 
 __all__ = [
+    "CATALOGUE_TOOLS",
+    "LOAD_SKILL",
+    "READ_SKILL_FILE",
+    "RUN_SKILL_SCRIPT",
+    "SEARCH_TOOLS",
     "Exclusion",
     "ExclusionReason",
     "Exposure",
@@ -62,6 +67,14 @@ __all__ = [
     "schema_keywords",
     "select_tools",
 ]
+
+SEARCH_TOOLS = "search_tools"
+LOAD_SKILL = "load_skill"
+READ_SKILL_FILE = "read_skill_file"
+RUN_SKILL_SCRIPT = "run_skill_script"
+CATALOGUE_TOOLS = frozenset({SEARCH_TOOLS, LOAD_SKILL, READ_SKILL_FILE, RUN_SKILL_SCRIPT})
+"""Handrail's own tools that find and load others. Their names are fixed (the loop and
+the MCP server follow their results by name) and a narrowing to skills keeps them."""
 
 
 class ExclusionReason(StrEnum):

@@ -42,7 +42,7 @@ from handrail.declare._lint_words import (
     overlap,
 )
 from handrail.declare.catalogue import Catalogue, CatalogueEntry
-from handrail.declare.exposure import never_exposed
+from handrail.declare.exposure import CATALOGUE_TOOLS, never_exposed
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
@@ -149,7 +149,7 @@ _VAGUE_PHRASES = re.compile(
     re.IGNORECASE,
 )
 _MAX_LISTED = 10
-_FIXED_NAMES = frozenset({"search_tools", "load_skill", "read_skill_file", "run_skill_script"})
+_FIXED_NAMES = CATALOGUE_TOOLS
 """The catalogue tools' names, fixed by Handrail: nobody can rename them, so no vague-name."""
 _VERBS = frozenset(SYNONYMS.values())
 _ORDER = {severity: rank for rank, severity in enumerate(Severity)}

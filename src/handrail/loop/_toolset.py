@@ -21,7 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from handrail.declare.exposure import Exposure, ExposureRequest
+from handrail.declare.exposure import (
+    CATALOGUE_TOOLS,
+    LOAD_SKILL,
+    SEARCH_TOOLS,
+    Exposure,
+    ExposureRequest,
+)
 from handrail.envelope import Envelope, Status, Trust
 from handrail.errors import ConfigurationError
 from handrail.loop._agent_record import ToolsetChange
@@ -49,9 +55,7 @@ __all__ = [
     "skill_named",
 ]
 
-SEARCH_TOOLS = "search_tools"
-LOAD_SKILL = "load_skill"
-META_TOOLS = frozenset({SEARCH_TOOLS, LOAD_SKILL, "read_skill_file", "run_skill_script"})
+META_TOOLS = CATALOGUE_TOOLS
 """The catalogue tools: fixed names, shown beside any skill's tools (if policy allows)."""
 
 _SELECTED_SOURCE = "handrail:skills"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from handrail.declare.exposure import ExposureRequest
+from handrail.declare.exposure import LOAD_SKILL, SEARCH_TOOLS, ExposureRequest
 from handrail.events import AuditSubject
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionToolsets"]
 
 _Changes = dict[tuple[str, str], list["ToolsetChange"]]
-_FOLLOWED = frozenset({"search_tools", "load_skill"})
+_FOLLOWED = frozenset({SEARCH_TOOLS, LOAD_SKILL})
 """The catalogue tools whose results can change a session's toolset."""
 
 

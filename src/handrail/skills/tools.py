@@ -15,6 +15,7 @@ from typing import Any
 from handrail.clock import Clock
 from handrail.context import ToolContext
 from handrail.declare.definition import Tool
+from handrail.declare.exposure import LOAD_SKILL, READ_SKILL_FILE, RUN_SKILL_SCRIPT
 from handrail.errors import ConfigurationError, ToolFailed, ToolSignal
 from handrail.record.audit import AuditSink
 from handrail.shaping.budget import HeuristicTokens, TokenEstimator, cut_to_tokens
@@ -26,9 +27,6 @@ from handrail.tools.sandbox import Sandbox
 
 __all__ = ["LOAD_SKILL", "READ_SKILL_FILE", "RUN_SKILL_SCRIPT", "skill_tools", "skills_listing"]
 
-LOAD_SKILL = "load_skill"
-READ_SKILL_FILE = "read_skill_file"
-RUN_SKILL_SCRIPT = "run_skill_script"
 _MAX_PATH = 4096
 _TIMEOUT = 10.0
 

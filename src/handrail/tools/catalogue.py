@@ -28,6 +28,7 @@ from typing import Any
 from handrail.context import ExposureView, ToolContext
 from handrail.declare.definition import Tool
 from handrail.declare.exposure import (
+    SEARCH_TOOLS,
     ExposureRequest,
     ModelCapabilities,
     select_tools,
@@ -44,8 +45,6 @@ from handrail.spec import RiskLevel, SideEffect, ToolHints, ToolSpec
 
 __all__ = ["SEARCH_TOOLS", "search_tools_tool"]
 
-SEARCH_TOOLS = "search_tools"
-"""The fixed name of the catalogue's search tool."""
 
 MAX_QUERY_CHARS = 200
 MAX_RESULTS = 20
