@@ -150,7 +150,7 @@ class NullHost:
 
 
 def _runner(url: str, worker: str, *, listen: bool) -> DbosTaskRunner:
-    host: TaskHost = NullHost()  # checked against the seam: a missing method fails mypy
+    host: TaskHost = NullHost()  # the seam, checked by tests/bench and mypy
     runner = DbosTaskRunner(
         host, system_database_url=url, worker_id=worker, queues=QUEUES, listen=listen
     )

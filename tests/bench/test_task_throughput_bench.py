@@ -62,3 +62,12 @@ def test_postgres_smoke_run_reports_both_paths(
         bench, tmp_path, "--backends", "postgres", "--workers", "2", "--pg-url", postgres_url
     )
     _assert_reported(payload, "postgres", (2,))
+
+
+def test_the_null_host_answers_everything_the_seam_asks_of_a_host(bench: ModuleType) -> None:
+    # A method the seam gained and the bench's host lacks fails only in the workers'
+    # logs, not the run: check the whole protocol here (mypy does not see bench/).
+    from handrail.tasks.runner import TaskHost  # noqa: PLC0415
+
+    asked = {name for name in vars(TaskHost) if not name.startswith("_")}
+    assert asked <= set(vars(bench.NullHost))
