@@ -48,18 +48,19 @@ $(VENV)/.synced-bench: $(UV) pyproject.toml requirements/bench.txt
 	@rm -f $(VENV)/.synced
 	@touch $@
 
-# Programs the built-in tools wrap, from Debian's packages: ripgrep (search_text) and
-# bubblewrap (the command sandbox). Installed when missing and we may (root with apt);
+# Programs from Debian's packages: ripgrep (search_text), bubblewrap (the command
+# sandbox) and chromium (the console's browser tests, driven by Playwright; browser
+# downloads do not work here). Installed when missing and we may (root with apt);
 # otherwise their tests skip with a reason, except under CI=true, where they fail.
-SYSTEM_PROGRAMS := rg bwrap
+SYSTEM_PROGRAMS := rg:ripgrep bwrap:bubblewrap chromium:chromium
 system-packages:
-	@missing=""; for p in $(SYSTEM_PROGRAMS); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	@missing=""; for pair in $(SYSTEM_PROGRAMS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing ripgrep and bubblewrap (missing:$$missing)"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q ripgrep bubblewrap >/dev/null \
-	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ripgrep bubblewrap >/dev/null; }; \
-	  else echo "warning: missing$$missing; install ripgrep and bubblewrap (their tests will skip)"; fi; \
+	    echo "installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	  else echo "warning: missing Debian packages:$$missing (their tests will skip)"; fi; \
 	fi
 
 # The MCP Inspector's CLI (@modelcontextprotocol/inspector-cli: what `inspector --cli`

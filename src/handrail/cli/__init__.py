@@ -23,11 +23,13 @@ from handrail.cli._executions import executions_app
 from handrail.cli._keys import keys_app
 from handrail.cli._mcp import mcp_app
 from handrail.cli._mcp_proxy import add_proxy_commands
+from handrail.cli._people import people_app
 from handrail.cli._plans import plans_app
 from handrail.cli._raw import raw_app
 from handrail.cli._reconcile import reconcile
 from handrail.cli._replay import replay
 from handrail.cli._runs import runs_app
+from handrail.cli._serve import serve
 from handrail.cli._skills import skills_app
 from handrail.cli._tasks import tasks_app
 from handrail.cli._tools import spec_document, tools_app
@@ -58,6 +60,8 @@ app.add_typer(mcp_app, name="mcp")
 app.add_typer(keys_app, name="keys")
 app.add_typer(skills_app, name="skills")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(people_app, name="people")
+app.command("serve", cls=HelpCommand)(serve)
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)
 app.command("replay", cls=HelpCommand)(replay)

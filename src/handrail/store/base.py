@@ -258,6 +258,8 @@ class Store(Protocol):
         """
         ...
 
+    # --- state shared by the workers of one service (the workers part) ---------------------
+
     # --- conversations -------------------------------------------------------------------------
 
     def insert_conversation(self, record: ConversationRecord) -> bool:
@@ -373,6 +375,8 @@ class Store(Protocol):
         """
         ...
 
+    # --- people and console sessions (the console part) ------------------------------------
+
     # --- task records ---------------------------------------------------------------------------
 
     def insert_task(self, record: TaskRecord) -> bool:
@@ -404,6 +408,8 @@ class Store(Protocol):
     ) -> list[TaskRecord]:
         """A tenant's tasks (or those in one state), newest first. Ties: greater id first."""
         ...
+
+    # --- Idempotency-Key records of the HTTP API (the serve part) ---------------------------
 
     def close(self) -> None:
         """Release connections."""

@@ -22,6 +22,9 @@ from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_entries, check_successor
 from handrail.spec import ConfirmationMode
+from handrail.store._memory_idempotency import MemoryIdempotency
+from handrail.store._memory_people import MemoryPeople
+from handrail.store._memory_shared import MemoryShared
 from handrail.store._memory_tasks import MemoryTasks
 from handrail.tasking import TaskRecord
 
@@ -31,7 +34,7 @@ _NOT_STARTED = frozenset({ExecutionStatus.PREPARED, ExecutionStatus.FAILED_FINAL
 _IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at")
 
 
-class MemoryStore(MemoryTasks):
+class MemoryStore(MemoryTasks, MemoryPeople, MemoryIdempotency, MemoryShared):
     """A thread-safe in-memory Store.
 
     Its reads never wait on I/O: each holds the lock only for dictionary and list work,
@@ -56,6 +59,9 @@ class MemoryStore(MemoryTasks):
         self._pins: dict[tuple[str, str], PinRecord] = {}
         self._api_keys: dict[str, ApiKeyRecord] = {}
         self._tasks: dict[str, TaskRecord] = {}
+        self._init_people()
+        self._init_idempotency()
+        self._init_shared()
 
     def migrate(self) -> None:
         """Nothing to migrate."""

@@ -41,8 +41,11 @@ from handrail.store._rows import raw_row as _raw_row
 from handrail.store._rows import utc as _utc
 from handrail.store._sql_api_keys import SqlApiKeys
 from handrail.store._sql_conversations import SqlConversations
+from handrail.store._sql_idempotency import SqlIdempotency
+from handrail.store._sql_people import SqlPeople
 from handrail.store._sql_pins import SqlPins
 from handrail.store._sql_runs import SqlRuns
+from handrail.store._sql_shared import SqlShared
 from handrail.store._sql_tasks import SqlTasks
 from handrail.store._statements import (
     LIST_RAW,
@@ -97,7 +100,16 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
     return connection.execution_options(handrail_immediate=True)
 
 
-class SqlStore(SqlConversations, SqlRuns, SqlApiKeys, SqlPins, SqlTasks):
+class SqlStore(
+    SqlConversations,
+    SqlRuns,
+    SqlApiKeys,
+    SqlPins,
+    SqlTasks,
+    SqlPeople,
+    SqlIdempotency,
+    SqlShared,
+):
     """A Store on any SQLAlchemy engine whose dialect the migrations support.
 
     Conversations are kept by `SqlConversations` (`handrail.store._sql_conversations`),

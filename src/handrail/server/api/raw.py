@@ -1,0 +1,9 @@
+"""The HTTP API's raw routes (placeholder of the seam; its part fills it)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+__all__ = ["router"]
+
+router = APIRouter()

@@ -1,0 +1,87 @@
+"""The service's ASGI app: the HTTP API, health, and the console, over one `Services`.
+
+`create_app(services)` wires the routers and the answers to refusals; it opens
+nothing (`open_services` does). Every refusal is a problem body (`problems.problem`)
+with its stable code: AccessRefusedError and its kin keep their code, an
+authentication failure is 401 UNAUTHENTICATED, a StoreError 503 UNAVAILABLE. A
+failure nobody expected is a 500 whose body names nothing internal.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from handrail.errors import AccessRefusedError, ErrorCode, StoreError
+from handrail.server.api import audit, calls, executions, health, plans, raw, runs
+from handrail.server.console import routes as console
+from handrail.server.problems import ServiceCode, problem
+from handrail.server.services import Services
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger(__name__)
+
+
+def create_app(services: Services) -> FastAPI:
+    """The app serving `services`: API under /v1, health at /healthz and /readyz, console at /."""
+    app = FastAPI(
+        title="Handrail",
+        summary="Validated, authorized, audited, exactly-once tool execution for LLM agents.",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.services = services
+    app.include_router(health.router)
+    for part in (calls, plans, executions, audit, raw, runs):
+        app.include_router(part.router, prefix="/v1")
+    if services.config.console.enabled:
+        app.include_router(console.router)
+    _answer_refusals(app)
+    return app
+
+
+def _answer_refusals(app: FastAPI) -> None:
+    @app.exception_handler(AccessRefusedError)
+    async def refused(_request: Request, exc: AccessRefusedError) -> Response:
+        return problem(exc.code, exc.message)
+
+    @app.exception_handler(StoreError)
+    async def store_down(request: Request, exc: StoreError) -> Response:
+        _log.warning("store failure answering %s %s: %s", request.method, request.url.path, exc)
+        return problem(ServiceCode.UNAVAILABLE, "the store cannot be reached; try again")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> Response:
+        errors: list[dict[str, Any]] = [
+            {"loc": [str(p) for p in error.get("loc", ())], "msg": str(error.get("msg", ""))}
+            for error in exc.errors()[:20]
+        ]
+        return problem(
+            ErrorCode.INVALID_ARGUMENTS, "the request is not valid", details={"errors": errors}
+        )
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> Response:
+        detail = exc.detail
+        if isinstance(detail, dict) and "code" in detail:
+            return problem(
+                str(detail["code"]),
+                str(detail.get("message", "")),
+                status=exc.status_code,
+                headers=exc.headers,
+            )
+        code = ErrorCode.NOT_FOUND if exc.status_code == 404 else f"HTTP_{exc.status_code}"  # noqa: PLR2004
+        return problem(code, str(detail), status=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, _exc: Exception) -> Response:
+        _log.exception("unexpected failure answering %s %s", request.method, request.url.path)
+        return problem("INTERNAL", "the service failed unexpectedly", status=500)

@@ -1,0 +1,1 @@
+"""The people's console: login, sessions, CSRF, and server-rendered pages."""

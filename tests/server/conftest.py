@@ -1,0 +1,24 @@
+"""The service's test fixtures (helpers in `_service`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _service import build_services
+
+from handrail.server.services import Services
+from handrail.store import open_store
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[Services]:
+    """Services over a fresh SQLite store in tmp_path."""
+    store = open_store(tmp_path / "handrail.db")
+    built = build_services(store, tmp_path)
+    try:
+        yield built
+    finally:
+        built.handrail.close()
+        store.close()
