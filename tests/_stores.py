@@ -41,6 +41,9 @@ STORE_TABLES = (
     "mcp_pins",
     "api_keys",
     "tasks",
+    "guard_conversations",
+    "guard_targets",
+    "secret_handles",
 )
 
 RACE_TIMEOUT_S = 60.0

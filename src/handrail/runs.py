@@ -63,6 +63,10 @@ class RunRecord:
     updated_at: datetime
     data: str
     entries: tuple[str, ...] = ()
+    lease_owner: str | None = None
+    """The worker driving a RUNNING run under a lease (`handrail.loop.leases`), or None."""
+    lease_until: datetime | None = None
+    """When that lease runs out unless renewed; another worker may then take the run over."""
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -76,6 +80,15 @@ class RunRecord:
             raise ValueError(msg)
         if _naive(self.created_at) or _naive(self.updated_at):
             msg = "a run's times must be timezone-aware"
+            raise ValueError(msg)
+        if (self.lease_owner is None) != (self.lease_until is None):
+            msg = "a run's lease has both an owner and an end, or neither"
+            raise ValueError(msg)
+        if self.lease_until is not None and _naive(self.lease_until):
+            msg = "a run's times must be timezone-aware"
+            raise ValueError(msg)
+        if self.lease_owner is not None and not 0 < len(self.lease_owner) <= _MAX_NAME:
+            msg = f"a lease owner is 1-{_MAX_NAME} characters"
             raise ValueError(msg)
         _check_text(self.data)
 
@@ -99,6 +112,10 @@ class RunRecord:
             version=self.version + 1,
             updated_at=at,
         )
+
+    def leased(self, owner: str | None, until: datetime | None) -> RunRecord:
+        """This record with its lease set (both given) or cleared (both None)."""
+        return dataclasses.replace(self, lease_owner=owner, lease_until=until)
 
 
 def check_successor(record: RunRecord, *, expect_version: int) -> None:
