@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["RunRecord", "RunState", "check_entries", "check_successor"]
+__all__ = ["RunRecord", "RunState", "check_entries", "check_lease_owner", "check_successor"]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_NAME = 256  # the stores' column width for tenant and user ids
@@ -87,9 +87,8 @@ class RunRecord:
         if self.lease_until is not None and _naive(self.lease_until):
             msg = "a run's times must be timezone-aware"
             raise ValueError(msg)
-        if self.lease_owner is not None and not 0 < len(self.lease_owner) <= _MAX_NAME:
-            msg = f"a lease owner is 1-{_MAX_NAME} characters"
-            raise ValueError(msg)
+        if self.lease_owner is not None:
+            check_lease_owner(self.lease_owner)
         _check_text(self.data)
 
     def advanced(
@@ -122,6 +121,13 @@ def check_successor(record: RunRecord, *, expect_version: int) -> None:
     """Refuse an update whose version is not `expect_version + 1` (a caller's bug)."""
     if record.version != expect_version + 1:
         msg = "an updated run's version must be expect_version + 1"
+        raise ValueError(msg)
+
+
+def check_lease_owner(owner: str) -> None:
+    """Refuse a lease owner no store keeps the same (ValueError): empty, too long, a NUL."""
+    if not 0 < len(owner) <= _MAX_NAME or "\x00" in owner:
+        msg = f"a lease owner is 1-{_MAX_NAME} characters, without NUL"
         raise ValueError(msg)
 
 

@@ -234,8 +234,8 @@ def test_downgrading_0013_drops_only_the_shared_state(empty_database: EmptyDatab
         assert store.get_run("run_old") == _run("run_old", lease_owner=None, lease_until=None)
 
 
-@pytest.mark.parametrize("owner", ["", "w" * 257])
-def test_a_lease_owner_is_one_to_256_characters(owner: str) -> None:
+@pytest.mark.parametrize("owner", ["", "w" * 257, "w\x00"])
+def test_a_lease_owner_is_one_to_256_characters_without_nul(owner: str) -> None:
     with pytest.raises(ValueError, match="lease owner"):
         _run(lease_owner=owner)
 

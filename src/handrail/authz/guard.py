@@ -40,14 +40,26 @@ _NO_TARGETS: Mapping[str, frozenset[str]] = MappingProxyType({})
 _MAX_TARGETS = MAX_GUARD_TARGETS
 _MAX_TARGET_KEY = 512
 _MAX_CONVERSATION_KEY = 256
-"""The store's column widths: longer keys are kept as their SHA-256 (`_key`)."""
+"""The store's column widths: longer keys (and unstorable ones) are kept by SHA-256 (`_key`)."""
 
 
 def _key(text: str, limit: int) -> str:
-    """`text`, or its SHA-256 when longer than `limit`: equal texts keep equal keys."""
-    if len(text) <= limit:
+    """`text`, or its SHA-256 when no store could keep it; equal texts keep equal keys.
+
+    Not kept: longer than `limit`, a NUL, a lone surrogate (a model may put either in
+    an argument a target is built from).
+    """
+    if len(text) <= limit and "\x00" not in text and (text.isascii() or _encodable(text)):
         return text
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from handrail.errors import ConfigurationError, ErrorCode, HandrailError
 from handrail.loop._session import RunRefusedError
-from handrail.runs import RunRecord, RunState
+from handrail.runs import RunRecord, RunState, check_lease_owner
 
 if TYPE_CHECKING:
     from handrail.clock import Clock
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["RunLeaseWatcher", "RunLeasing", "claim_expired", "heartbeat", "stamped"]
 
 _log = logging.getLogger(__name__)
-_MAX_OWNER = 256
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,8 +48,10 @@ class RunLeasing:
     sleep: Sleep = field(default=asyncio.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not 0 < len(self.owner) <= _MAX_OWNER:
-            raise ConfigurationError(f"a lease owner is 1-{_MAX_OWNER} characters")
+        try:
+            check_lease_owner(self.owner)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         if not self.seconds > 0:
             raise ConfigurationError("a lease lasts a positive number of seconds")
 

@@ -11,7 +11,7 @@ import dataclasses
 import threading
 from datetime import UTC, datetime
 
-from handrail.runs import RunRecord, RunState
+from handrail.runs import RunRecord, RunState, check_lease_owner
 from handrail.sharing import MAX_GUARD_TARGETS, GuardRecord, HandedSecret
 
 __all__ = ["MemoryShared"]
@@ -98,6 +98,7 @@ class MemoryShared:
 
     def renew_run_lease(self, run_id: str, *, owner: str, until: datetime) -> bool:
         """Move the lease's end if `owner` still holds the RUNNING run."""
+        check_lease_owner(owner)
         with self._lock:
             found = self._runs.get(run_id)
             if found is None or found.state is not RunState.RUNNING or found.lease_owner != owner:
@@ -109,6 +110,7 @@ class MemoryShared:
         self, run_id: str, *, expect_version: int, owner: str, until: datetime, at: datetime
     ) -> bool:
         """A new owner and version, only for a RUNNING run whose lease ran out by `at`."""
+        check_lease_owner(owner)
         with self._lock:
             found = self._runs.get(run_id)
             if (

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from handrail.errors import StoreError
-from handrail.runs import RunState
+from handrail.runs import RunState, check_lease_owner
 from handrail.sharing import MAX_GUARD_TARGETS, GuardRecord, HandedSecret
 from handrail.store._rows import aware, utc
 from handrail.store._sql_part import SqlPart
@@ -200,6 +200,7 @@ class SqlShared(SqlPart):
 
     def renew_run_lease(self, run_id: str, *, owner: str, until: datetime) -> bool:
         """UPDATE ... WHERE run_id AND lease_owner = owner AND state = RUNNING."""
+        check_lease_owner(owner)
         statement = (
             runs.update()
             .where(_R.run_id == run_id, _R.lease_owner == owner, _R.state == _RUNNING)
@@ -213,6 +214,7 @@ class SqlShared(SqlPart):
         self, run_id: str, *, expect_version: int, owner: str, until: datetime, at: datetime
     ) -> bool:
         """One UPDATE: a new owner and version, only on a RUNNING row whose lease ran out."""
+        check_lease_owner(owner)
         statement = (
             runs.update()
             .where(

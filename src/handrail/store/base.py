@@ -303,6 +303,7 @@ class Store(Protocol):
 
         The version does not move (the run's own writes go on by compare-and-set);
         False (nothing written) for an unknown run, another owner, or a run not RUNNING.
+        An owner no run could have (`check_lease_owner`) is a ValueError, nothing asked.
         """
         ...
 
@@ -315,7 +316,8 @@ class Store(Protocol):
         `updated_at` to `at`), so the previous owner's next write fails: of two takers
         exactly one wins, and a heartbeat and a take-over never both succeed. False
         (nothing written) for an unknown run, a moved one, one not RUNNING, one never
-        leased, or a lease still running at `at`.
+        leased, or a lease still running at `at`. An owner `check_lease_owner` refuses
+        is a ValueError, nothing asked.
         """
         ...
 
