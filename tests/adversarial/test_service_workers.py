@@ -12,11 +12,12 @@ from __future__ import annotations
 import base64
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from _records import RUN_T0, leased_run
 from handrail import Gate, Principal, Registry
 from handrail.authz.guard import ConversationGuard, StoreGuardState
 from handrail.credentials import Secrets, StaticSecretProvider
@@ -32,26 +33,14 @@ from handrail.testing import FixedClock
 
 Race = Callable[[int, Callable[[int], bool]], list[bool]]
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+T0 = RUN_T0
 LEASE = timedelta(seconds=30)
 ALICE = Principal(user_id="alice", tenant_id="t1")
 KEY = "sk_live_0123456789abcdef"
 
 
 def _running(run_id: str = "run_1", **changes: object) -> RunRecord:
-    fields: dict[str, object] = {
-        "run_id": run_id,
-        "tenant_id": "t1",
-        "user_id": "alice",
-        "state": RunState.RUNNING,
-        "version": 1,
-        "created_at": T0,
-        "updated_at": T0,
-        "data": "{}",
-        "lease_owner": "worker-a",
-        "lease_until": T0 + LEASE,
-    }
-    return RunRecord(**(fields | changes))  # type: ignore[arg-type]
+    return leased_run(run_id, **changes)
 
 
 def test_a_renewal_under_a_forged_owner_keeps_a_dead_workers_run_from_nobody(

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
+from _records import RUN_T0, leased_run
 from _write_tools import keyring
 from handrail import Gate, Handrail, Principal, Registry
 from handrail.authz.guard import ConversationGuard, StoreGuardState
@@ -31,7 +32,7 @@ from handrail.writes.service import Writes
 
 pytestmark = pytest.mark.anyio
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+T0 = RUN_T0
 ALICE = Principal(user_id="alice", tenant_id="t1", permissions=frozenset({"books.read"}))
 KEY = "sk_live_0123456789abcdef"
 BOUND = 60.0
@@ -272,18 +273,7 @@ async def _nothing() -> None:
 
 
 def _running(run_id: str, *, until: datetime) -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        tenant_id="t1",
-        user_id="alice",
-        state=RunState.RUNNING,
-        version=1,
-        created_at=T0,
-        updated_at=T0,
-        data="{}",
-        lease_owner="worker-a",
-        lease_until=until,
-    )
+    return leased_run(run_id, lease_until=until)
 
 
 # --- the wiring -------------------------------------------------------------------------------

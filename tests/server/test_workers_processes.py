@@ -15,7 +15,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -40,11 +39,12 @@ from _workers import (
     take_over_worker,
 )
 
+from _records import leased_run
 from _stores import empty_postgres_store
 from _write_tools import ARGS, Downstream, keyring, ticket_tool
 from handrail import Gate, Registry, ToolCall
 from handrail.plans import PlanState
-from handrail.runs import RunRecord, RunState
+from handrail.runs import RunState
 from handrail.store import PostgresStore
 from handrail.testing import FixedClock
 from handrail.writes.service import Writes
@@ -100,6 +100,16 @@ def _exits(children: list[BaseProcess]) -> list[int | None]:
     return [child.exitcode for child in children]
 
 
+def _outcomes(
+    results: Any, n: int, *specs: tuple[Callable[..., None], tuple[Any, ...]]
+) -> list[Any]:
+    """Run a child per spec; their `n` results once every child exited cleanly."""
+    with _children(*specs) as children:
+        seen = _take(results, children, n)
+        assert _exits(children) == [0] * len(children)
+    return seen
+
+
 # --- the conversation guard -------------------------------------------------------------------
 
 
@@ -107,10 +117,7 @@ def _guard_race(url: str) -> list[int]:
     start = SPAWN.Barrier(2)
     results = SPAWN.Queue()
     spec = (guard_race_worker, (url, "chat-1", 10, start, results))
-    with _children(spec, spec) as children:
-        tripped = _take(results, children, 2)
-        assert _exits(children) == [0, 0]
-    return tripped
+    return _outcomes(results, 2, spec, spec)
 
 
 async def test_denials_in_two_workers_at_once_count_once_each_and_trip_the_breaker_once(
@@ -134,9 +141,7 @@ def _breaker_in_turns(url: str) -> list[tuple[str, int, str, str]]:
         (url, "a", [denied, denied, read], [(None, None), (None, a_done), (b_done, None)], results),
     )
     b = (gate_worker, (url, "b", [denied, read], [(a_done, None), (None, b_done)], results))
-    with _children(a, b) as children:
-        seen = _take(results, children, 5)
-        assert _exits(children) == [0, 0]
+    seen = _outcomes(results, 5, a, b)
     return sorted(seen)
 
 
@@ -161,9 +166,9 @@ async def test_a_breaker_tripped_in_one_worker_refuses_the_conversation_in_the_o
 def _hand_out_then_scrub(url: str) -> tuple[str, str]:
     done = SPAWN.Event()
     results = SPAWN.Queue()
-    with _children((hand_out_worker, (url, done)), (scrub_worker, (url, done, results))) as c:
-        (seen,) = _take(results, c, 1)
-        assert _exits(c) == [0, 0]
+    (seen,) = _outcomes(
+        results, 1, (hand_out_worker, (url, done)), (scrub_worker, (url, done, results))
+    )
     return seen
 
 
@@ -190,9 +195,7 @@ def _echo_in_turns(url: str) -> list[tuple[str, int, str, str]]:
     results = SPAWN.Queue()
     a = (gate_worker, (url, "a", [echo], [(None, a_done)], results))
     b = (gate_worker, (url, "b", [passed], [(a_done, None)], results))
-    with _children(a, b) as children:
-        seen = _take(results, children, 2)
-        assert _exits(children) == [0, 0]
+    seen = _outcomes(results, 2, a, b)
     return sorted(seen)
 
 
@@ -217,14 +220,9 @@ def _die_then_take_over(url: str, run_id: str) -> list[tuple[list[str], str | No
         assert stuck.pid is not None
         os.kill(stuck.pid, signal.SIGKILL)  # the worker dies mid-step, its run RUNNING
         stuck.join(BOUND)
-    early = (take_over_worker, (url, LEASE - 1, results))
-    with _children(early) as children:
-        seen = _take(results, children, 1)
+    seen = _outcomes(results, 1, (take_over_worker, (url, LEASE - 1, results)))
     late = (take_over_worker, (url, LEASE, results))
-    with _children(late, late) as children:
-        seen += _take(results, children, 2)
-        assert _exits(children) == [0, 0]
-    return seen
+    return seen + _outcomes(results, 2, late, late)
 
 
 async def test_a_dead_workers_run_is_taken_over_by_exactly_one_worker_once_its_lease_ran_out(
@@ -245,10 +243,7 @@ def _lease_races(url: str, run_ids: list[str]) -> dict[str, list[bool]]:
     results = SPAWN.Queue()
     renew = (lease_race_worker, (url, "renew", run_ids, start, results))
     take = (lease_race_worker, (url, "take", run_ids, start, results))
-    with _children(renew, take) as children:
-        seen = dict(_take(results, children, 2))
-        assert _exits(children) == [0, 0]
-    return seen
+    return dict(_outcomes(results, 2, renew, take))
 
 
 async def test_a_heartbeat_racing_a_take_over_leaves_exactly_one_owner(
@@ -256,20 +251,7 @@ async def test_a_heartbeat_racing_a_take_over_leaves_exactly_one_owner(
 ) -> None:
     run_ids = [f"run_{n}" for n in range(20)]
     for run_id in run_ids:
-        pg.insert_run(
-            RunRecord(
-                run_id=run_id,
-                tenant_id="t1",
-                user_id="alice",
-                state=RunState.RUNNING,
-                version=1,
-                created_at=T0,
-                updated_at=T0,
-                data="{}",
-                lease_owner="worker-a",
-                lease_until=T0 + timedelta(seconds=LEASE),
-            )
-        )
+        pg.insert_run(leased_run(run_id))
     seen = await anyio.to_thread.run_sync(_lease_races, postgres_url, run_ids)
     for n, run_id in enumerate(run_ids):
         renewed, taken = seen["renew"][n], seen["take"][n]
@@ -287,10 +269,7 @@ def _limited(url: str, redis_url: str, prefix: str) -> list[list[str]]:
     start = SPAWN.Barrier(2)
     results = SPAWN.Queue()
     spec = (limit_worker, (url, redis_url, prefix, 5, start, results))
-    with _children(spec, spec) as children:
-        seen = _take(results, children, 2)
-        assert _exits(children) == [0, 0]
-    return seen
+    return _outcomes(results, 2, spec, spec)
 
 
 async def test_a_tools_declared_rate_counts_across_workers_in_the_shared_limiter(
@@ -310,9 +289,7 @@ def _confirm_twice(url: str, plan_id: str, token: str) -> list[str]:
     start = SPAWN.Barrier(2)
     results = SPAWN.Queue()
     spec = (confirm_worker, (url, plan_id, token, start, results))
-    with _children(spec, spec) as children:
-        seen = _take(results, children, 2)
-        assert _exits(children) == [0, 0]
+    seen = _outcomes(results, 2, spec, spec)
     return sorted(seen)
 
 

@@ -8,39 +8,24 @@ owner and taken over only once it ran out, by exactly one taker, which moves the
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
 from _migrations import EmptyDatabase, migrate, table_names
-from handrail.runs import RunRecord, RunState
+from _records import RUN_T0
+from _records import leased_run as _run
+from handrail.runs import RunState
 from handrail.sharing import MAX_GUARD_TARGETS, GuardRecord
 from handrail.store import SqlStore, Store
 
 Race = Callable[[int, Callable[[int], bool]], list[bool]]
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T0 = RUN_T0
 LEASE = timedelta(seconds=30)
 RACERS = 16
-
-
-def _run(run_id: str = "run_a", **changes: object) -> RunRecord:
-    base = RunRecord(
-        run_id=run_id,
-        tenant_id="t1",
-        user_id="alice",
-        state=RunState.RUNNING,
-        version=1,
-        created_at=T0,
-        updated_at=T0,
-        data="{}",
-        lease_owner="w1",
-        lease_until=T0 + LEASE,
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 # --- the conversation guard -------------------------------------------------------------------
@@ -139,8 +124,8 @@ def test_only_the_owner_renews_a_running_runs_lease(store: Store) -> None:
     store.insert_run(_run())
     later = T0 + 2 * LEASE
     assert not store.renew_run_lease("run_a", owner="w2", until=later)
-    assert not store.renew_run_lease("run_missing", owner="w1", until=later)
-    assert store.renew_run_lease("run_a", owner="w1", until=later)
+    assert not store.renew_run_lease("run_missing", owner="worker-a", until=later)
+    assert store.renew_run_lease("run_a", owner="worker-a", until=later)
     found = store.get_run("run_a")
     assert found is not None
     assert (found.lease_until, found.version) == (later, 1)
@@ -148,7 +133,7 @@ def test_only_the_owner_renews_a_running_runs_lease(store: Store) -> None:
 
 def test_a_run_that_is_not_running_has_no_lease_to_renew(store: Store) -> None:
     store.insert_run(_run(state=RunState.SUSPENDED))
-    assert not store.renew_run_lease("run_a", owner="w1", until=T0 + LEASE)
+    assert not store.renew_run_lease("run_a", owner="worker-a", until=T0 + LEASE)
 
 
 def test_a_lease_is_taken_over_only_once_it_ran_out(store: Store) -> None:
@@ -165,7 +150,7 @@ def test_a_lease_is_taken_over_only_once_it_ran_out(store: Store) -> None:
     assert found.updated_at == at
     assert found.data == "{}"
     # The old owner is fenced: it renews nothing, and its write at its version fails.
-    assert not store.renew_run_lease("run_a", owner="w1", until=at + LEASE)
+    assert not store.renew_run_lease("run_a", owner="worker-a", until=at + LEASE)
     assert not store.update_run(_run().advanced(at=at), expect_version=1)
 
 
