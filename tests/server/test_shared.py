@@ -141,7 +141,7 @@ def test_a_handle_is_noted_once_per_tenant_and_process(store: Store) -> None:
 def test_the_gate_and_its_writes_share_one_ledger() -> None:
     ledger = SecretLedger()
     assert Gate(Registry(), ledger=ledger).ledger is ledger
-    with Handrail.open("MEMORY", registry=Registry(), ledger=ledger) as handrail:
+    with Handrail.open(MemoryStore(), registry=Registry(), ledger=ledger) as handrail:
         assert handrail.gate.ledger is ledger
 
 
