@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from _service import build_services
 
-from handrail import ExecutionRecord, ExecutionStatus, Principal, ToolCall
+from _records import execution_record
+from handrail import ExecutionStatus, Principal, ToolCall
 from handrail.execution import plan_key
 from handrail.loop.models import ModelReply, ScriptedModelClient, Usage
 from handrail.record.batching import BatchingAuditSink
@@ -88,7 +89,7 @@ def unknown_record(services: Services, plan_id: str, principal: Principal = ALIC
     assert record is not None
     key = plan_key(tenant_id=principal.tenant_id, tool=record.plan.tool, plan_id=plan_id)
     inserted = services.handrail.store.insert_execution(
-        ExecutionRecord(
+        execution_record(
             idempotency_key=key,
             plan_id=plan_id,
             plan_hash=record.plan.plan_hash,
@@ -97,21 +98,13 @@ def unknown_record(services: Services, plan_id: str, principal: Principal = ALIC
             user_id=principal.user_id,
             principal=principal.snapshot(),
             arguments=record.plan.arguments,
-            expected_version=None,
             status=ExecutionStatus.UNKNOWN,
-            attempts=1,
-            business_id=None,
-            result=None,
             error_code="OUTCOME_UNKNOWN",
             lease_owner=None,
             lease_expires_at=None,
             next_check_at=now,
-            checks=0,
-            escalated=False,
             created_at=now,
             updated_at=now,
-            retain_until=None,
-            version=1,
         )
     )
     assert inserted
