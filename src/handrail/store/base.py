@@ -68,6 +68,29 @@ class Store(Protocol):
         """The newest `limit` matching events, oldest first."""
         ...
 
+    def search_audit(
+        self,
+        *,
+        tenant_id: str,
+        tool: str | None = None,
+        decision: str | None = None,
+        code: str | None = None,
+        user_id: str | None = None,
+        tool_call_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[tuple[int, AuditEvent]]:
+        """One tenant's events matching every filter given, newest first, with their seq.
+
+        `seq` is the event's place in the append order (greater is later); `before_seq`
+        continues a search below the last seq a page showed (keyset pagination), so
+        events appended meanwhile never shift a page. `since` is inclusive, `until`
+        exclusive. Filters compare the text as stored (`storable_events`).
+        """
+        ...
+
     # --- plans and confirmations -----------------------------------------------------------
 
     def insert_plan(self, record: PlanRecord) -> bool:
