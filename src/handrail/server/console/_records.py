@@ -32,6 +32,7 @@ router = APIRouter()
 
 _MAX_NOTE = 1000
 _MAX_FIELD = 256
+_PAGE = 50
 
 
 def _enum_value(text: str | None, names: object) -> str | None:
@@ -47,6 +48,12 @@ def _time(text: str | None) -> datetime | None:
     except ValueError:
         return None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _page_size(text: str | None) -> int:
+    if text is None or not (text.isascii() and text.isdigit()) or not 0 < int(text) <= _PAGE:
+        return _PAGE
+    return int(text)
 
 
 @router.get("/executions")
@@ -191,13 +198,14 @@ async def audit(request: Request) -> Response:
         since=_time(fields["since"]),
         until=_time(fields["until"]),
         cursor=fields["cursor"],
-        limit=50,
+        limit=_page_size(query.get("limit")),
     )
     try:
         found = await services_of(request).operations.search_audit(session.principal, search)
     except AccessRefusedError as refused:
         return refusal(request, refused.code, refused.message, session=session)
     kept = {k: v for k, v in fields.items() if v is not None and k != "cursor"}
+    kept["limit"] = str(search.limit)
     return page(
         "audit.html",
         session=session,
