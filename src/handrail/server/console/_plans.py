@@ -10,6 +10,8 @@ proposes new arguments as a new plan. Everything goes through `services.operatio
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -17,9 +19,14 @@ from handrail.errors import AccessRefusedError, ErrorCode
 from handrail.execution import plan_key
 from handrail.plans import PlanRecord, PlanState
 from handrail.server.auth import services_of
-from handrail.server.console._access import viewer
-from handrail.server.console._render import checked_form, page, redirect, refusal, to_login
+from handrail.server.console._access import posted, viewer
+from handrail.server.console._render import page, refusal, to_login
 from handrail.spec import ConfirmationMode
+
+if TYPE_CHECKING:
+    from starlette.datastructures import FormData
+
+    from handrail.server.console.people import ConsoleSession
 
 __all__ = ["router"]
 
@@ -120,78 +127,56 @@ async def plan(request: Request, plan_id: str, done: str | None = None) -> Respo
 @router.post("/plans/{plan_id}/confirm")
 async def confirm(request: Request, plan_id: str) -> Response:
     """Confirm (or approve) as this person: a token issued to them and used at once."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    try:
-        record, _ = await services_of(request).operations.confirm_and_execute(
-            session.principal, plan_id
-        )
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    approved = record.plan.confirmation is ConfirmationMode.APPROVE
-    return redirect(f"/plans/{plan_id}?done={'approved' if approved else 'confirmed'}")
+
+    async def act(session: ConsoleSession, _form: FormData) -> str:
+        operations = services_of(request).operations
+        record, _ = await operations.confirm_and_execute(session.principal, plan_id)
+        approved = record.plan.confirmation is ConfirmationMode.APPROVE
+        return f"/plans/{plan_id}?done={'approved' if approved else 'confirmed'}"
+
+    return await posted(request, act)
 
 
 @router.post("/plans/{plan_id}/execute")
 async def execute(request: Request, plan_id: str) -> Response:
     """Run an approved plan once (its requester)."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    try:
+
+    async def act(session: ConsoleSession, _form: FormData) -> str:
         await services_of(request).operations.execute(session.principal, plan_id)
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    return redirect(f"/plans/{plan_id}?done=executed")
+        return f"/plans/{plan_id}?done=executed"
+
+    return await posted(request, act)
 
 
 @router.post("/plans/{plan_id}/reject")
 async def reject(request: Request, plan_id: str) -> Response:
     """Reject a plan that has not run, with a reason for the audit."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    reason = str(form.get("reason") or "").strip()[:_MAX_REASON] or None
-    try:
+
+    async def act(session: ConsoleSession, form: FormData) -> str:
+        reason = str(form.get("reason") or "").strip()[:_MAX_REASON] or None
         await services_of(request).operations.reject(session.principal, plan_id, reason)
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    return redirect(f"/plans/{plan_id}?done=rejected")
+        return f"/plans/{plan_id}?done=rejected"
+
+    return await posted(request, act)
 
 
 @router.post("/plans/{plan_id}/revise")
 async def revise(request: Request, plan_id: str) -> Response:
     """New arguments (JSON text): a new plan through all four checks; the old one closes."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    arguments = str(form.get("arguments") or "")
-    if len(arguments) > _MAX_ARGUMENTS:
-        return refusal(
-            request, ErrorCode.INVALID_ARGUMENTS, "the arguments are too long", session=session
-        )
-    try:
+
+    async def act(session: ConsoleSession, form: FormData) -> str | Response:
+        arguments = str(form.get("arguments") or "")
+        if len(arguments) > _MAX_ARGUMENTS:
+            message = "the arguments are too long"
+            return refusal(request, ErrorCode.INVALID_ARGUMENTS, message, session=session)
         envelope = await services_of(request).operations.revise(
             session.principal, plan_id, arguments
         )
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    data = envelope.data if isinstance(envelope.data, dict) else {}
-    new_id = data.get("plan_id")
-    if not isinstance(new_id, str):
-        code = envelope.error_type or ErrorCode.INVALID_ARGUMENTS
-        return refusal(request, code, envelope.summary, session=session)
-    return redirect(f"/plans/{new_id}")
+        data = envelope.data if isinstance(envelope.data, dict) else {}
+        new_id = data.get("plan_id")
+        if not isinstance(new_id, str):
+            code = envelope.error_type or ErrorCode.INVALID_ARGUMENTS
+            return refusal(request, code, envelope.summary, session=session)
+        return f"/plans/{new_id}"
+
+    return await posted(request, act)

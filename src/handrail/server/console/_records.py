@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -22,9 +23,14 @@ from handrail.errors import AccessRefusedError, ConfigurationError, ErrorCode
 from handrail.execution import ExecutionStatus
 from handrail.runs import RunState
 from handrail.server.auth import services_of
-from handrail.server.console._access import viewer
-from handrail.server.console._render import checked_form, page, redirect, refusal, to_login
+from handrail.server.console._access import posted, viewer
+from handrail.server.console._render import page, refusal, to_login
 from handrail.server.operations import AuditSearch
+
+if TYPE_CHECKING:
+    from starlette.datastructures import FormData
+
+    from handrail.server.console.people import ConsoleSession
 
 __all__ = ["router"]
 
@@ -133,39 +139,25 @@ async def execution(request: Request, key: str, done: str | None = None) -> Resp
 @router.post("/executions/{key}/reconcile")
 async def reconcile(request: Request, key: str) -> Response:
     """Ask the tool's reconcile hook about an UNKNOWN record now."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    try:
+
+    async def act(session: ConsoleSession, _form: FormData) -> str:
         await services_of(request).operations.reconcile(session.principal, key)
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    return redirect(f"/executions/{key}?done=reconciled")
+        return f"/executions/{key}?done=reconciled"
+
+    return await posted(request, act)
 
 
 @router.post("/executions/{key}/resolve")
 async def resolve(request: Request, key: str) -> Response:
     """Settle an UNKNOWN record by a person who checked downstream, with a reason."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    form = await checked_form(request, session.csrf)
-    if isinstance(form, Response):
-        return form
-    outcome = form.get("outcome")
-    note = str(form.get("note") or "").strip()[:_MAX_NOTE]
-    business_id = str(form.get("business_id") or "").strip()[:_MAX_FIELD] or None
-    if outcome not in {"succeeded", "failed"} or not note:
-        return refusal(
-            request,
-            ErrorCode.INVALID_ARGUMENTS,
-            "say whether it succeeded, and why you know (the note)",
-            session=session,
-        )
-    try:
+
+    async def act(session: ConsoleSession, form: FormData) -> str | Response:
+        outcome = form.get("outcome")
+        note = str(form.get("note") or "").strip()[:_MAX_NOTE]
+        business_id = str(form.get("business_id") or "").strip()[:_MAX_FIELD] or None
+        if outcome not in {"succeeded", "failed"} or not note:
+            message = "say whether it succeeded, and why you know (the note)"
+            return refusal(request, ErrorCode.INVALID_ARGUMENTS, message, session=session)
         await services_of(request).operations.resolve(
             session.principal,
             key,
@@ -173,9 +165,9 @@ async def resolve(request: Request, key: str) -> Response:
             note=note,
             business_id=business_id,
         )
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    return redirect(f"/executions/{key}?done=resolved")
+        return f"/executions/{key}?done=resolved"
+
+    return await posted(request, act)
 
 
 @router.get("/audit")
