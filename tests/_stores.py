@@ -41,6 +41,8 @@ STORE_TABLES = (
     "mcp_pins",
     "api_keys",
     "tasks",
+    "console_people",
+    "console_sessions",
 )
 
 RACE_TIMEOUT_S = 60.0

@@ -18,6 +18,7 @@ from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.people import PersonRecord, SessionRecord
 from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
@@ -399,6 +400,62 @@ class Store(Protocol):
         ...
 
     # --- people and console sessions (the console part) ------------------------------------
+
+    def insert_person(self, record: PersonRecord) -> bool:
+        """Store a new person; False (nothing written) if the login or tenant's user is taken."""
+        ...
+
+    def get_person(self, login: str) -> PersonRecord | None:
+        """The person of a login, of any tenant (the caller scopes it), or None."""
+        ...
+
+    def list_people(self, *, tenant_id: str, limit: int = 100) -> list[PersonRecord]:
+        """A tenant's people, ordered by login."""
+        ...
+
+    def replace_person(self, record: PersonRecord, *, expect_version: int) -> bool:
+        """Write a person over the stored one if it is still at `expect_version`.
+
+        `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
+        Login, tenant, user and creation time stay as stored. False (nothing written)
+        for an unknown or moved person.
+        """
+        ...
+
+    def record_failed_login(
+        self, login: str, *, at: datetime, max_failed: int, lock_until: datetime
+    ) -> PersonRecord | None:
+        """Count one failed login atomically; the person after, or None for an unknown login.
+
+        When the count reaches `max_failed` the account is locked until `lock_until`
+        and its count starts again from zero, in the same transaction, so concurrent
+        failures can neither lose a count nor skip the lock.
+        """
+        ...
+
+    def insert_session(self, record: SessionRecord) -> bool:
+        """Store a new session; False (nothing written) if its hash exists."""
+        ...
+
+    def get_session(self, session_hash: str) -> SessionRecord | None:
+        """The session of a hash, revoked or expired ones too, or None."""
+        ...
+
+    def touch_session(self, session_hash: str, *, at: datetime) -> bool:
+        """Move an unrevoked session's last use forward to `at` (never back); False otherwise."""
+        ...
+
+    def revoke_session(self, session_hash: str, *, at: datetime) -> bool:
+        """Revoke one session at `at` unless it is already; False (nothing written) otherwise."""
+        ...
+
+    def revoke_sessions(self, login: str, *, at: datetime) -> int:
+        """Revoke every unrevoked session of a login; how many."""
+        ...
+
+    def purge_sessions(self, *, before: datetime) -> int:
+        """Delete sessions that ended (expired or revoked) before `before`; how many."""
+        ...
 
     # --- task records ---------------------------------------------------------------------------
 
