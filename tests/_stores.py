@@ -41,6 +41,7 @@ STORE_TABLES = (
     "mcp_pins",
     "api_keys",
     "tasks",
+    "idempotency_keys",
 )
 
 RACE_TIMEOUT_S = 60.0
