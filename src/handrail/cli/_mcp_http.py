@@ -42,6 +42,7 @@ __all__ = [
     "authenticator_for",
     "bound_socket",
     "http_settings",
+    "is_loopback",
     "parse_address",
     "serve_over_http",
 ]
@@ -195,7 +196,8 @@ def _url_or_none(issuer: str | None) -> str | None:
     return issuer if issuer and issuer.startswith(("https://", "http://")) else None
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` is localhost or a loopback address."""
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -249,7 +251,7 @@ def serve_over_http(
         sock=sock,
         on_shutdown=close,
     )
-    if not _loopback(settings.host) and not resource_url.startswith("https://"):
+    if not is_loopback(settings.host) and not resource_url.startswith("https://"):
         warning = "handrail: warning: bearer tokens over plain HTTP off this machine; use TLS"
         print(warning, file=sys.stderr, flush=True)  # noqa: T201
     # The socket listens already: a client that connects now waits for the server.

@@ -1,6 +1,7 @@
 """What a request may cost the service before any route sees it: its body's size and time.
 
-`BodyLimit` is the outermost ASGI middleware of the app. A `Content-Length` over the
+`BodyLimit` is the outermost ASGI middleware of the app. Headers over 16 KiB are
+refused (431). A `Content-Length` over the
 limit is refused (413 PAYLOAD_TOO_LARGE) before a byte of the body is read; a body
 sent without one is read only up to the limit. The whole body must arrive within the
 request timeout (a client trickling it is refused with 408 TIMEOUT), so a slow
@@ -18,7 +19,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from handrail.errors import ErrorCode
 from handrail.server.problems import ServiceCode, problem
 
-__all__ = ["BodyLimit", "replaying"]
+__all__ = ["MAX_HEAD_BYTES", "BodyLimit", "replaying"]
+
+MAX_HEAD_BYTES = 16_384
+"""The most bytes of headers a request may carry (431 beyond). The server refuses a
+head it cannot parse within this much, `BodyLimit` one that came whole."""
 
 
 class _TooLargeError(Exception):
@@ -37,6 +42,15 @@ class BodyLimit:
         """Answer 413/408 for a body too large or too slow; else run the app on the body read."""
         if scope["type"] != "http":
             await self._app(scope, receive, send)
+            return
+        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEAD_BYTES:
+            answer = problem(
+                ServiceCode.PAYLOAD_TOO_LARGE,
+                f"the request's headers are larger than {MAX_HEAD_BYTES} bytes",
+                status=HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                headers={"Connection": "close"},
+            )
+            await answer(scope, receive, send)
             return
         declared = _content_length(scope)
         if declared is not None and declared > self._max:

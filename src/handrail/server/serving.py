@@ -18,15 +18,14 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from handrail.server.limits import MAX_HEAD_BYTES
+
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from handrail.server.config import HttpConfig
 
-__all__ = ["MAX_HEADER_BYTES", "guarded_h11", "service_server"]
-
-MAX_HEADER_BYTES = 16_384
-"""The longest request head (request line and headers) accepted; longer is a 400."""
+__all__ = ["guarded_h11", "service_server"]
 _KEEP_ALIVE_SECONDS = 5
 _GRACEFUL_SECONDS = 10
 
@@ -85,6 +84,6 @@ def service_server(app: ASGIApp, http: HttpConfig, *, log_level: str = "warning"
         proxy_headers=False,
         timeout_keep_alive=_KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=_GRACEFUL_SECONDS,
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     return uvicorn.Server(config)

@@ -196,6 +196,10 @@ def _turn_key(request: Request, new_id: Callable[[], str]) -> str:
 
 def _parse(wire: WireFormat, adapter: Adapter, document: object, turn: str) -> list[ToolCall]:
     """The calls of `document`, after wrapping the shorter forms each format allows."""
+    if not isinstance(document, dict | list) or (
+        isinstance(document, list) and wire in {WireFormat.OPENAI_CHAT, WireFormat.GEMINI}
+    ):
+        raise UntranslatableError(f"a {wire.value} body is an object")
     match wire:
         case WireFormat.ANTHROPIC if isinstance(document, list):
             document = {"role": "assistant", "content": document}
@@ -203,8 +207,6 @@ def _parse(wire: WireFormat, adapter: Adapter, document: object, turn: str) -> l
             if isinstance(document, dict) and "candidates" not in document:
                 candidate = document if "content" in document else {"content": document}
                 document = {"candidates": [candidate]}
-            if not isinstance(document, dict):
-                raise UntranslatableError("a Gemini body is an object")
             return GeminiAdapter().parse_calls(document, turn=turn)
         case _:
             pass
