@@ -207,7 +207,9 @@ def is_loopback(host: str) -> bool:
 def bound_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to host:port and listening; CliError naming why it cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every answer written in two parts waits ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

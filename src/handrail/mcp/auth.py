@@ -120,16 +120,15 @@ def bearer_authenticator(
 ) -> Authenticator:
     """The authenticators asked for: API keys from the application's store, JWTs, or both.
 
-    API keys are looked up in `app.store` (uses audited to `app.audit`); JWTs are those
-    of `jwt_issuer` signed by a key of the `jwks` file, for `jwt_audience`, the tenant
+    API keys are looked up in `app.store` (uses audited to `app.audit`); JWTs (when both
+    an issuer and a JWKS file are given) are those of `jwt_issuer` signed by a key of the
+    `jwks` file, for `jwt_audience`, the tenant
     read from `tenant_claim`. ConfigurationError when neither is asked for, or the JWKS
     file cannot be used.
     """
     found: list[Authenticator] = []
     if api_keys:
         found.append(ApiKeyAuthenticator(ApiKeys(app.store, clock=app.clock, audit=app.audit)))
-    if (jwt_issuer is None) != (jwks is None):
-        raise ConfigurationError("a JWT issuer and a JWKS file go together")
     if jwt_issuer is not None and jwks is not None:
         found.append(
             JwtAuthenticator.from_file(

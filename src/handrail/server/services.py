@@ -92,6 +92,8 @@ async def open_services(
     from handrail.server.operations import Operations  # noqa: PLC0415 - imports the app
 
     clock = SystemClock() if clock is None else clock
+    if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
+        raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
     registry, policy = load_application(config.handrail.registry)
     keyring = _keyring(config.handrail.keyring, os.environ if environ is None else environ)
     async with AsyncExitStack() as stack:
