@@ -8,6 +8,7 @@ credentials: each is refused with its code, runs no tool, and the service stays 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))  # the service's test helpers
-from _running import STARTUP_S, raw_connection, read_until_closed, running
+from _running import READ_TURN, STARTUP_S, exchange, raw_connection, read_until_closed, running
 from _service import build_services, key_for
 
 from handrail.clock import FixedClock
@@ -30,10 +31,7 @@ pytestmark = pytest.mark.anyio
 
 READER = frozenset({"order.read"})
 PATH = "/v1/calls/anthropic"
-TURN = (
-    b'{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1",'
-    b'"name":"payments__get_order","input":{"order_id":"ORD-1001"}}]}'
-)
+TURN = json.dumps(READ_TURN).encode()
 MAX_BODY = 4096
 
 
@@ -80,14 +78,11 @@ async def test_a_declared_oversized_body_is_413_before_it_is_sent(
     url: str, services: Services
 ) -> None:
     token = key_for(services, permissions=READER)
-    reader, writer = await raw_connection(url)
-    writer.write(
+    answer = await exchange(
+        url,
         f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {100 * 1024 * 1024}\r\n\r\n".encode()
+        f"Content-Type: application/json\r\nContent-Length: {100 * 1024 * 1024}\r\n\r\n".encode(),
     )
-    await writer.drain()
-    answer = await read_until_closed(reader)
-    writer.close()
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b'"PAYLOAD_TOO_LARGE"' in answer
     assert executed(services) == 0
@@ -121,15 +116,12 @@ async def test_a_body_that_stops_arriving_is_408_and_the_connection_closes(
     url: str, services: Services
 ) -> None:
     token = key_for(services, permissions=READER)
-    reader, writer = await raw_connection(url)
-    writer.write(
+    answer = await exchange(
+        url,
         f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()
-        + TURN[:10]
+        + TURN[:10],
     )
-    await writer.drain()
-    answer = await read_until_closed(reader)
-    writer.close()
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"TIMEOUT"' in answer
     assert executed(services) == 0
@@ -169,14 +161,11 @@ async def test_a_head_trickled_byte_by_byte_is_cut_off_too(url: str, services: S
 
 
 async def test_an_oversized_head_is_refused(url: str, services: Services) -> None:
-    reader, writer = await raw_connection(url)
-    writer.write(
+    answer = await exchange(
+        url,
         f"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-        f"X-Big: {'a' * 40_000}\r\n\r\n".encode()
+        f"X-Big: {'a' * 40_000}\r\n\r\n".encode(),
     )
-    await writer.drain()
-    answer = await read_until_closed(reader)
-    writer.close()
     assert answer.startswith(b"HTTP/1.1 431 ")
     assert b'"PAYLOAD_TOO_LARGE"' in answer
     await still_up(url, services)
@@ -197,16 +186,13 @@ async def test_malformed_header_lines_are_refused_and_run_nothing(
     url: str, services: Services, header: bytes, status: bytes
 ) -> None:
     token = key_for(services, permissions=READER)
-    reader, writer = await raw_connection(url)
-    writer.write(
+    answer = await exchange(
+        url,
         f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n".encode()
         + header
         + f"\r\nContent-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()
-        + TURN
+        + TURN,
     )
-    await writer.drain()
-    answer = await read_until_closed(reader)
-    writer.close()
     assert answer.startswith(b"HTTP/1.1 " + status + b" ")
     assert executed(services) == 0
     await still_up(url, services)
@@ -214,17 +200,14 @@ async def test_malformed_header_lines_are_refused_and_run_nothing(
 
 async def test_an_injected_header_in_a_value_is_never_echoed(url: str, services: Services) -> None:
     token = key_for(services, permissions=READER)
-    reader, writer = await raw_connection(url)
-    writer.write(
+    answer = await exchange(
+        url,
         f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
         "Handrail-Conversation: c 1\r\nSet-Cookie: stolen=1\r\n"
         "Idempotency-Key: k\r\nLocation: https://evil.example\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()
-        + TURN
+        + TURN,
     )
-    await writer.drain()
-    answer = await read_until_closed(reader)
-    writer.close()
     head = answer.partition(b"\r\n\r\n")[0].lower()
     assert answer.startswith(b"HTTP/1.1 422 ")
     assert b"set-cookie" not in head

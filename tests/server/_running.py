@@ -2,8 +2,9 @@
 
 `running(services)` serves `create_app(services)` with the same server `handrail serve`
 uses (`service_server`) and yields its base URL once it accepts connections; leaving
-stops it and waits for it. `raw_exchange` talks to it over a plain socket, for what
-httpx will not send (bad framing, trickled headers).
+stops it and waits for it. `exchange` talks to it over a plain socket, for what httpx
+will not send (bad framing, trickled headers). `READ_TURN` is an Anthropic assistant
+message with one read of the payments example.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ from handrail.cli._mcp_http import bound_socket
 from handrail.server import create_app
 from handrail.server.services import Services
 from handrail.server.serving import service_server
+
+READ_TURN: dict[str, Any] = {
+    "role": "assistant",
+    "content": [
+        {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "payments__get_order",
+            "input": {"order_id": "ORD-1001"},
+        }
+    ],
+}
 
 STARTUP_S = 60.0
 """A generous bound for the server to start or stop on a loaded machine."""
@@ -58,3 +71,14 @@ async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
     """Everything the server sends until it closes the connection (bounded wait)."""
     async with asyncio.timeout(STARTUP_S):
         return await reader.read()
+
+
+async def exchange(url: str, data: bytes) -> bytes:
+    """Send `data` on a new connection; everything the server answers until it closes."""
+    reader, writer = await raw_connection(url)
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await read_until_closed(reader)
+    finally:
+        writer.close()

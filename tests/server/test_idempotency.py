@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _running import READ_TURN
 from _service import asgi_client, key_for
 from starlette.types import Receive, Scope, Send
 
@@ -28,17 +29,6 @@ from handrail.server.services import Services
 pytestmark = pytest.mark.anyio
 
 READER = frozenset({"order.read"})
-TURN = {
-    "role": "assistant",
-    "content": [
-        {
-            "type": "tool_use",
-            "id": "toolu_1",
-            "name": "payments__get_order",
-            "input": {"order_id": "ORD-1001"},
-        }
-    ],
-}
 PATH = "/v1/calls/anthropic"
 
 
@@ -60,8 +50,8 @@ async def test_the_same_key_and_body_get_the_kept_answer_and_run_once(
 ) -> None:
     token = key_for(services, permissions=READER)
     async with asgi_client(create_app(services), token) as client:
-        first = await client.post(PATH, json=TURN, headers=keyed('"k-1"'))
-        again = await client.post(PATH, json=TURN, headers=keyed('"k-1"'))
+        first = await client.post(PATH, json=READ_TURN, headers=keyed('"k-1"'))
+        again = await client.post(PATH, json=READ_TURN, headers=keyed('"k-1"'))
     assert first.status_code == again.status_code == 200
     assert first.content == again.content
     assert "idempotent-replayed" not in first.headers
@@ -81,11 +71,11 @@ async def test_a_refusal_is_kept_and_replayed_too(services: Services) -> None:
 
 async def test_the_same_key_with_another_body_or_path_is_refused(services: Services) -> None:
     token = key_for(services, permissions=READER)
-    other = {**TURN, "content": [{**TURN["content"][0], "id": "toolu_2"}]}  # type: ignore[dict-item]
+    other = {**READ_TURN, "content": [{**READ_TURN["content"][0], "id": "toolu_2"}]}  # type: ignore[dict-item]
     async with asgi_client(create_app(services), token) as client:
-        await client.post(PATH, json=TURN, headers=keyed('"k-3"'))
+        await client.post(PATH, json=READ_TURN, headers=keyed('"k-3"'))
         body = await client.post(PATH, json=other, headers=keyed('"k-3"'))
-        path = await client.post("/v1/calls/gemini", json=TURN, headers=keyed('"k-3"'))
+        path = await client.post("/v1/calls/gemini", json=READ_TURN, headers=keyed('"k-3"'))
     for answer in (body, path):
         assert answer.status_code == 422
         assert answer.json()["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
@@ -96,7 +86,7 @@ async def test_a_key_whose_first_request_still_runs_is_409_in_progress(
     services: Services,
 ) -> None:
     token = key_for(services, permissions=READER)
-    body = json.dumps(TURN).encode()
+    body = json.dumps(READ_TURN).encode()
     now = services.clock.now()
     services.handrail.store.claim_idempotency_key(
         IdempotencyRecord(
@@ -127,7 +117,7 @@ async def test_keys_are_per_tenant_and_user(services: Services) -> None:
     answers = []
     for token in (alice, bob, gina):
         async with asgi_client(app, token) as client:
-            answers.append(await client.post(PATH, json=TURN, headers=keyed('"shared"')))
+            answers.append(await client.post(PATH, json=READ_TURN, headers=keyed('"shared"')))
     assert all(a.status_code == 200 for a in answers)
     assert not any("idempotent-replayed" in a.headers for a in answers)
     assert answers[2].json()["envelopes"][0]["error_type"] == "NOT_FOUND"
@@ -142,7 +132,7 @@ async def test_a_malformed_key_is_400_and_runs_nothing(
 ) -> None:
     token = key_for(services, permissions=READER)
     async with asgi_client(create_app(services), token) as client:
-        answer = await client.post(PATH, json=TURN, headers={"Idempotency-Key": value})
+        answer = await client.post(PATH, json=READ_TURN, headers={"Idempotency-Key": value})
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "IDEMPOTENCY_KEY_INVALID"
     assert calls_run(services) == 0
@@ -152,7 +142,7 @@ async def test_two_key_headers_are_400(services: Services) -> None:
     token = key_for(services, permissions=READER)
     async with asgi_client(create_app(services), token) as client:
         answer = await client.post(
-            PATH, json=TURN, headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")]
+            PATH, json=READ_TURN, headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")]
         )
     assert answer.status_code == 400
 
@@ -167,8 +157,8 @@ def test_keys_parse_as_sf_strings_or_bare_tokens() -> None:
 
 async def test_without_a_valid_bearer_the_key_is_not_looked_at(services: Services) -> None:
     async with asgi_client(create_app(services), "hrk_forged") as client:
-        first = await client.post(PATH, json=TURN, headers=keyed('"k-5"'))
-        again = await client.post(PATH, json=TURN, headers=keyed('"k-5"'))
+        first = await client.post(PATH, json=READ_TURN, headers=keyed('"k-5"'))
+        again = await client.post(PATH, json=READ_TURN, headers=keyed('"k-5"'))
     assert first.status_code == again.status_code == 401
     assert "idempotent-replayed" not in again.headers
 
@@ -185,9 +175,9 @@ async def test_a_kept_answer_expires_after_the_replay_window(services: Services)
     timed = dataclasses.replace(services, clock=clock)
     token = key_for(services, permissions=READER)
     async with asgi_client(create_app(timed), token) as client:
-        await client.post(PATH, json=TURN, headers=keyed('"k-6"'))
+        await client.post(PATH, json=READ_TURN, headers=keyed('"k-6"'))
         clock.advance(services.config.server.idempotency_seconds + 1)
-        later = await client.post(PATH, json=TURN, headers=keyed('"k-6"'))
+        later = await client.post(PATH, json=READ_TURN, headers=keyed('"k-6"'))
     assert later.status_code == 200
     assert "idempotent-replayed" not in later.headers
 

@@ -19,6 +19,7 @@ from queue import Empty, Queue
 
 import httpx
 import pytest
+from _running import READ_TURN
 from examples.service.app import DATABASE_ENV
 
 from handrail import Keyring, Principal
@@ -29,17 +30,6 @@ from handrail.writes.confirmation import KEYRING_ENV
 WAIT_S = 120.0
 """A generous bound for the server to start or stop on a loaded machine."""
 HANDRAIL = str(Path(sys.executable).with_name("handrail"))
-TURN = {
-    "role": "assistant",
-    "content": [
-        {
-            "type": "tool_use",
-            "id": "toolu_1",
-            "name": "payments__get_order",
-            "input": {"order_id": "ORD-1001"},
-        }
-    ],
-}
 
 
 class Served:
@@ -130,8 +120,8 @@ def test_the_server_answers_over_http_and_stops_gracefully(
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
         assert client.get("/healthz").json() == {"status": "ok"}
         assert client.get("/readyz").status_code == 200
-        first = client.post("/v1/calls/anthropic", json=TURN, headers={"Idempotency-Key": "a"})
-        again = client.post("/v1/calls/anthropic", json=TURN, headers={"Idempotency-Key": "a"})
+        first = client.post("/v1/calls/anthropic", json=READ_TURN, headers={"Idempotency-Key": "a"})
+        again = client.post("/v1/calls/anthropic", json=READ_TURN, headers={"Idempotency-Key": "a"})
         assert client.get("/openapi.json").json()["paths"]["/v1/calls/{wire}"]
     assert first.status_code == 200
     assert first.json()["envelopes"][0]["status"] == "ok"

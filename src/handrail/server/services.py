@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from handrail.server.operations import Operations
     from handrail.writes.confirmation import Keyring
 
-__all__ = ["PeopleAuthority", "Probe", "Services", "load_application", "open_services"]
+__all__ = [
+    "PeopleAuthority",
+    "Probe",
+    "Services",
+    "keyring_from",
+    "load_application",
+    "open_services",
+]
 
 Probe = Callable[[], Awaitable[bool]]
 """Whether one part the service needs (Redis, say) answers now; /readyz asks each."""
@@ -95,7 +102,7 @@ async def open_services(
     if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
         raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
     registry, policy = load_application(config.handrail.registry)
-    keyring = _keyring(config.handrail.keyring, os.environ if environ is None else environ)
+    keyring = keyring_from(config.handrail.keyring, os.environ if environ is None else environ)
     async with AsyncExitStack() as stack:
         probes: dict[str, Probe] = {}
         limiter = None
@@ -165,7 +172,7 @@ def load_application(target: str) -> tuple[Registry, Policy | None]:
     return registry, policy
 
 
-def _keyring(path: Path | None, environ: Mapping[str, str]) -> Keyring | None:
+def keyring_from(path: Path | None, environ: Mapping[str, str]) -> Keyring | None:
     """The confirmation keys: the file (its owner's alone), else the environment, else None."""
     from handrail.writes.confirmation import KEYRING_ENV, Keyring  # noqa: PLC0415
 
