@@ -43,6 +43,7 @@ STORE_TABLES = (
     "tasks",
     "console_people",
     "console_sessions",
+    "idempotency_keys",
 )
 
 RACE_TIMEOUT_S = 60.0

@@ -18,6 +18,7 @@ from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.idempotency_keys import IdempotencyRecord
 from handrail.people import PersonRecord, SessionRecord
 from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
@@ -490,6 +491,33 @@ class Store(Protocol):
         ...
 
     # --- Idempotency-Key records of the HTTP API (the serve part) ---------------------------
+
+    def claim_idempotency_key(self, record: IdempotencyRecord) -> IdempotencyRecord | None:
+        """Claim a caller's key for a request: insert `record` (RUNNING) unless a live one holds it.
+
+        None when this request now holds the key; otherwise the record that does, as
+        stored. A record that expired by `record.created_at` is replaced in the same
+        transaction. Of racing claims of one key exactly one gets None.
+        """
+        ...
+
+    def finish_idempotency_key(self, record: IdempotencyRecord) -> bool:
+        """Keep the answer: the RUNNING record of `record`'s key and claim becomes `record` (DONE).
+
+        A compare-and-set on the claim: False (nothing written) when the key is held by
+        another claim, is already DONE, or is gone.
+        """
+        ...
+
+    def release_idempotency_key(
+        self, *, tenant_id: str, user_id: str, key: str, claim: str
+    ) -> bool:
+        """Drop the RUNNING record of this claim (its request kept no answer); False if not held."""
+        ...
+
+    def purge_idempotency_keys(self, *, before: datetime, limit: int = 1000) -> int:
+        """Delete up to `limit` records that expired by `before`; how many were deleted."""
+        ...
 
     def close(self) -> None:
         """Release connections."""
