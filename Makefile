@@ -11,10 +11,10 @@ VENV := .venv
 LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --quiet
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp bench-search bench-tasks lock clean system-packages npm-tools
+.PHONY: help demo test lint typecheck check bench bench-peers bench-writes bench-shaping bench-tools bench-mcp bench-search bench-tasks bench-service lock clean system-packages npm-tools
 
 help:
-	@echo "make demo       run the demo (bookstore, recovery ticket) on the embedded SQLite store"
+	@echo "make demo       run the demo (bookstore, recovery ticket) on SQLite, then serve payments over HTTP once"
 	@echo "make test       run the test suite with coverage"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make typecheck  mypy --strict on src/"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench-mcp     a tool call through Handrail's MCP server vs a bare mcp SDK server"
 	@echo "make bench-search  tool search over 1,000 tools: tokens per turn vs every definition; latency"
 	@echo "make bench-tasks   no-op tasks/s through the DBOS task runner vs DBOS's bare workflow"
+	@echo "make bench-service POST /v1/calls (a read, gated, audited) vs a bare ASGI endpoint, 1/16/64 clients"
 	@echo "make npm-tools     the pinned MCP Inspector CLI and reference MCP servers, into .tools/npm"
 
 $(UV):
@@ -87,6 +88,7 @@ lock: $(UV)
 
 demo: $(VENV)/.synced system-packages
 	$(VENV)/bin/handrail demo
+	$(VENV)/bin/python -m examples.service.demo
 
 test: $(VENV)/.synced system-packages npm-tools
 	$(VENV)/bin/python -m pytest --cov --cov-branch --cov-report=term --cov-fail-under=95 $(PYTEST_ARGS)
@@ -123,6 +125,9 @@ bench-search: $(VENV)/.synced
 
 bench-tasks: $(VENV)/.synced
 	$(VENV)/bin/python bench/task_throughput.py
+
+bench-service: $(VENV)/.synced
+	$(VENV)/bin/python bench/service_load.py
 
 bench-peers: $(VENV)/.synced-bench
 	$(VENV)/bin/python bench/gate_overhead.py --peers

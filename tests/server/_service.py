@@ -22,7 +22,7 @@ from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
 from handrail.server.config import HandrailConfig, ServerConfig
 from handrail.server.operations import Operations
-from handrail.server.services import Services
+from handrail.server.services import PeopleAuthority, Services
 from handrail.signing import SigningKey
 from handrail.store.base import Store
 from handrail.writes.confirmation import Keyring
@@ -30,8 +30,17 @@ from handrail.writes.confirmation import Keyring
 _ids = itertools.count(1)
 
 
-def build_services(store: Store, tmp_path: Path, *, config: ServerConfig | None = None) -> Services:
-    """Services over `store` serving the payments example (database under tmp_path)."""
+def build_services(
+    store: Store,
+    tmp_path: Path,
+    *,
+    config: ServerConfig | None = None,
+    people: PeopleAuthority | None = None,
+) -> Services:
+    """Services over `store` serving the payments example (database under tmp_path).
+
+    `people` is the console's authority (None: the console logs nobody in).
+    """
     clock = SystemClock()
     payments = build_app(database=tmp_path / f"payments-{next(_ids)}.db", clock=clock)
     payments.database.reset()
@@ -47,7 +56,7 @@ def build_services(store: Store, tmp_path: Path, *, config: ServerConfig | None 
         handrail=app,
         bearer=ApiKeyAuthenticator(ApiKeys(app.store, clock=clock)),
         operations=Operations(app, clock=clock),
-        people=None,
+        people=people,
         clock=clock,
         worker_id="test-worker",
         new_id=lambda: f"id{next(_ids)}",

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _resources import any_services  # noqa: F401 - the fixture over SQLite and PostgreSQL
 from _service import build_services
 
 from handrail.server.services import Services

@@ -457,6 +457,10 @@ class RateLimiter:
                 return _retry_after(stats_now.reset_time, time.time(), bucket.item.get_expiry())
         return None
 
+    async def reachable(self) -> bool:
+        """Whether the storage answers now (a Redis PING); False rather than an error."""
+        return bool(await self._storage.check())
+
     async def aclose(self) -> None:
         """Release the storage's connections; the limiter is not used afterwards."""
         from limits.aio.storage import RedisStorage  # noqa: PLC0415 - on first use

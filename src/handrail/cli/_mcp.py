@@ -58,7 +58,6 @@ __all__ = [
     "serving_principal",
 ]
 
-_PRIVATE = 0o077
 """Permission bits of a key file that let anyone but its owner in."""
 
 mcp_app = typer.Typer(
@@ -220,17 +219,12 @@ def build_server(
 
 
 def _keyring(path: Path | None) -> Keyring | None:
-    from handrail.writes.confirmation import KEYRING_ENV, Keyring  # noqa: PLC0415
+    from handrail.server.services import keyring_from  # noqa: PLC0415 - not for --help
 
-    if path is not None:
-        try:
-            mode = path.stat().st_mode
-        except OSError as exc:
-            raise CliError(f"cannot read --keyring {path}: {exc.strerror}") from None
-        if os.name == "posix" and mode & _PRIVATE:
-            raise CliError(f"--keyring {path} is readable by others; chmod 600 it")
-        return Keyring.from_file(path)
-    return Keyring.from_env() if os.environ.get(KEYRING_ENV) else None
+    try:
+        return keyring_from(path, os.environ)
+    except ConfigurationError as exc:
+        raise CliError(str(exc).replace("the keyring", "--keyring")) from None
 
 
 def confirmation_page(template: str) -> Callable[[str], str]:

@@ -40,7 +40,9 @@ __all__ = [
     "ResourceUrlOption",
     "TenantClaimOption",
     "authenticator_for",
+    "bound_socket",
     "http_settings",
+    "is_loopback",
     "parse_address",
     "serve_over_http",
 ]
@@ -174,31 +176,19 @@ def http_settings(
 
 def authenticator_for(settings: HttpSettings, app: Handrail, resource_url: str) -> Authenticator:
     """The authenticators the settings ask for, API keys from the application's store."""
-    from handrail.mcp.auth import (  # noqa: PLC0415
-        ApiKeyAuthenticator,
-        ClaimsMapping,
-        FirstOf,
-        JwtAuthenticator,
-    )
-    from handrail.mcp.keys import ApiKeys  # noqa: PLC0415 - not for --help
+    from handrail.mcp.auth import bearer_authenticator  # noqa: PLC0415 - not for --help
 
-    found: list[Authenticator] = []
-    if settings.api_keys:
-        found.append(ApiKeyAuthenticator(ApiKeys(app.store, clock=app.clock, audit=app.audit)))
-    if settings.jwt_issuer is not None and settings.jwks is not None:
-        try:
-            found.append(
-                JwtAuthenticator.from_file(
-                    settings.jwks,
-                    issuer=settings.jwt_issuer,
-                    audience=settings.jwt_audience or resource_url,
-                    claims=ClaimsMapping(tenant_claim=settings.tenant_claim),
-                    clock=app.clock,
-                )
-            )
-        except ConfigurationError as exc:
-            raise CliError(str(exc)) from None
-    return found[0] if len(found) == 1 else FirstOf(*found)
+    try:
+        return bearer_authenticator(
+            app,
+            api_keys=settings.api_keys,
+            jwt_issuer=settings.jwt_issuer,
+            jwks=settings.jwks,
+            jwt_audience=settings.jwt_audience or resource_url,
+            tenant_claim=settings.tenant_claim,
+        )
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _url_or_none(issuer: str | None) -> str | None:
@@ -206,16 +196,20 @@ def _url_or_none(issuer: str | None) -> str | None:
     return issuer if issuer and issuer.startswith(("https://", "http://")) else None
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` is localhost or a loopback address."""
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
-def _bound(host: str, port: int) -> socket.socket:
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port and listening; CliError naming why it cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every answer written in two parts waits ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -238,7 +232,7 @@ def serve_over_http(
     from handrail.mcp.http import default_resource_url, serve_http  # noqa: PLC0415
     from handrail.mcp.server import GatedServer  # noqa: PLC0415
 
-    sock = _bound(settings.host, settings.port)
+    sock = bound_socket(settings.host, settings.port)
     port = sock.getsockname()[1]
     resource_url = settings.resource_url or default_resource_url(settings.host, port)
     authenticator = authenticator_for(settings, app, resource_url)
@@ -259,7 +253,7 @@ def serve_over_http(
         sock=sock,
         on_shutdown=close,
     )
-    if not _loopback(settings.host) and not resource_url.startswith("https://"):
+    if not is_loopback(settings.host) and not resource_url.startswith("https://"):
         warning = "handrail: warning: bearer tokens over plain HTTP off this machine; use TLS"
         print(warning, file=sys.stderr, flush=True)  # noqa: T201
     # The socket listens already: a client that connects now waits for the server.

@@ -35,6 +35,8 @@ from handrail.principal import Principal
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from handrail.app import Handrail
+
 __all__ = [
     "ApiKeyAuthenticator",
     "Authenticator",
@@ -45,6 +47,7 @@ __all__ = [
     "JwtAuthenticator",
     "PrincipalToken",
     "UnavailableAs503",
+    "bearer_authenticator",
     "principal_from_request",
 ]
 
@@ -104,6 +107,41 @@ class FirstOf:
             if found is not None:
                 return found
         return None
+
+
+def bearer_authenticator(
+    app: Handrail,
+    *,
+    api_keys: bool,
+    jwt_issuer: str | None,
+    jwks: Path | None,
+    jwt_audience: str,
+    tenant_claim: str,
+) -> Authenticator:
+    """The authenticators asked for: API keys from the application's store, JWTs, or both.
+
+    API keys are looked up in `app.store` (uses audited to `app.audit`); JWTs (when both
+    an issuer and a JWKS file are given) are those of `jwt_issuer` signed by a key of the
+    `jwks` file, for `jwt_audience`, the tenant
+    read from `tenant_claim`. ConfigurationError when neither is asked for, or the JWKS
+    file cannot be used.
+    """
+    found: list[Authenticator] = []
+    if api_keys:
+        found.append(ApiKeyAuthenticator(ApiKeys(app.store, clock=app.clock, audit=app.audit)))
+    if jwt_issuer is not None and jwks is not None:
+        found.append(
+            JwtAuthenticator.from_file(
+                jwks,
+                issuer=jwt_issuer,
+                audience=jwt_audience,
+                claims=ClaimsMapping(tenant_claim=tenant_claim),
+                clock=app.clock,
+            )
+        )
+    if not found:
+        raise ConfigurationError("accept API keys or JWTs (an issuer and a JWKS file), or both")
+    return found[0] if len(found) == 1 else FirstOf(*found)
 
 
 # --- JWT ---------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["default_resource_url", "http_app", "serve_http", "uvicorn_server"]
+__all__ = [
+    "after_lifespan",
+    "default_resource_url",
+    "http_app",
+    "serve_http",
+    "uvicorn_server",
+]
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -205,7 +211,7 @@ async def serve_http(
         authorization_server=authorization_server,
     )
     if on_shutdown is not None:
-        app.router.lifespan_context = _then(app.router.lifespan_context, on_shutdown)
+        app.router.lifespan_context = after_lifespan(app.router.lifespan_context, on_shutdown)
     runner = uvicorn_server(app, host=host, port=port, log_level=log_level)
     sockets = None if sock is None else [sock]
     if stop is None:
@@ -223,10 +229,12 @@ async def serve_http(
         watcher.cancel()
 
 
-def _then(
+def after_lifespan(
     lifespan: Callable[[Any], AbstractAsyncContextManager[Any]],
     shutdown: Callable[[], Awaitable[None]],
 ) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    """`lifespan`, then `shutdown` once the app's own shutdown is done (or failed)."""
+
     @asynccontextmanager
     async def wrapped(app: Any) -> AsyncIterator[Any]:  # noqa: ANN401 - Starlette's lifespan
         try:

@@ -1,6 +1,7 @@
 """The service's ASGI app: the HTTP API, health, and the console, over one `Services`.
 
-`create_app(services)` wires the routers and the answers to refusals; it opens
+`create_app(services)` wires the routers, the answers to refusals and the two
+middlewares every request passes (`BodyLimit`, then `IdempotencyKeys`); it opens
 nothing (`open_services` does). Every refusal is a problem body (`problems.problem`)
 with its stable code: AccessRefusedError and its kin keep their code, an
 authentication failure is 401 UNAUTHENTICATED, a StoreError 503 UNAVAILABLE. A
@@ -20,6 +21,8 @@ from starlette.responses import Response
 from handrail.errors import AccessRefusedError, ErrorCode, StoreError
 from handrail.server.api import audit, calls, executions, health, plans, raw, runs
 from handrail.server.console import routes as console
+from handrail.server.idempotency import IdempotencyKeys
+from handrail.server.limits import BodyLimit
 from handrail.server.problems import ServiceCode, problem
 from handrail.server.services import Services
 
@@ -45,6 +48,12 @@ def create_app(services: Services) -> FastAPI:
     if services.config.console.enabled:
         app.include_router(console.router)
     _answer_refusals(app)
+    # The last added runs first: bodies are bounded before any key is claimed for them.
+    app.add_middleware(IdempotencyKeys, services=services)
+    http = services.config.server
+    app.add_middleware(
+        BodyLimit, max_bytes=http.max_body_bytes, timeout_seconds=http.request_timeout_seconds
+    )
     return app
 
 

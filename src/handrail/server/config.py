@@ -44,7 +44,9 @@ class HandrailConfig(_Frozen):
     )
     keyring: Path | None = Field(
         default=None,
-        description="KEY_ID:SECRET lines signing confirmation tokens; HANDRAIL_KEYRING if unset",
+        description=(
+            "KEY_ID:SECRET lines signing confirmation tokens; HANDRAIL_CONFIRMATION_KEYS if unset"
+        ),
     )
     redis: str | None = Field(
         default=None, description="redis:// URL for limits shared by every worker (optional)"

@@ -9,23 +9,47 @@ on exit; tests build a `Services` from parts they made themselves.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+import importlib
+import operator
+import os
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from handrail.app import Handrail
-from handrail.clock import Clock
+from handrail.clock import Clock, SystemClock
+from handrail.declare.registry import Registry
+from handrail.errors import ConfigurationError
 from handrail.principal import Principal
 from handrail.server.config import ServerConfig
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from handrail.authz.policy import Policy
     from handrail.mcp.auth import Authenticator
     from handrail.server.operations import Operations
+    from handrail.writes.confirmation import Keyring
 
-__all__ = ["PeopleAuthority", "Services", "open_services"]
+__all__ = [
+    "PeopleAuthority",
+    "Probe",
+    "Services",
+    "keyring_from",
+    "load_application",
+    "open_services",
+]
+
+Probe = Callable[[], Awaitable[bool]]
+"""Whether one part the service needs (Redis, say) answers now; /readyz asks each."""
+
+_PRIVATE = 0o077
 
 
 class PeopleAuthority(Protocol):
@@ -53,10 +77,111 @@ class Services:
     clock: Clock
     worker_id: str
     new_id: Callable[[], str]
+    probes: Mapping[str, Probe] = field(default_factory=lambda: MappingProxyType({}))
+    """Parts besides the store that /readyz checks, by name (Redis when configured)."""
 
 
 @asynccontextmanager
-async def open_services(config: ServerConfig) -> AsyncIterator[Services]:  # noqa: ARG001
-    """Open the store, the application and the authenticators the config names; close on exit."""
-    raise NotImplementedError  # the serve part builds this
-    yield  # pragma: no cover
+async def open_services(
+    config: ServerConfig,
+    *,
+    clock: Clock | None = None,
+    new_id: Callable[[], str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[Services]:
+    """Open the store, the application and the authenticators the config names; close on exit.
+
+    The registry (and policy) come from `config.handrail.registry`; the keyring from
+    its file (which only its owner may read) or else the environment; a Redis limiter
+    shared by every worker when `redis` is set. ConfigurationError says what is wrong.
+    """
+    from handrail.mcp.auth import bearer_authenticator  # noqa: PLC0415 - loads the mcp SDK
+    from handrail.server.operations import Operations  # noqa: PLC0415 - imports the app
+
+    clock = SystemClock() if clock is None else clock
+    if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
+        raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
+    registry, policy = load_application(config.handrail.registry)
+    keyring = keyring_from(config.handrail.keyring, os.environ if environ is None else environ)
+    async with AsyncExitStack() as stack:
+        probes: dict[str, Probe] = {}
+        limiter = None
+        if config.handrail.redis is not None:
+            from handrail.authz.quota import QuotaPolicy, RateLimiter  # noqa: PLC0415
+
+            limiter = RateLimiter.redis(config.handrail.redis, policy=QuotaPolicy())
+            stack.push_async_callback(limiter.aclose)
+            probes["redis"] = limiter.reachable
+        app = Handrail.open(
+            config.handrail.store,
+            registry=registry,
+            policy=policy,
+            keyring=keyring,
+            clock=clock,
+            migrate=config.handrail.migrate,
+            limiter=limiter,
+        )
+        stack.push_async_callback(app.aclose)
+        bearer = bearer_authenticator(
+            app,
+            api_keys=config.auth.api_keys,
+            jwt_issuer=config.auth.jwt_issuer,
+            jwks=config.auth.jwks,
+            jwt_audience=config.auth.jwt_audience or config.server.url(),
+            tenant_claim=config.auth.tenant_claim,
+        )
+        yield Services(
+            config=config,
+            handrail=app,
+            bearer=bearer,
+            operations=Operations(app, clock=clock),
+            people=None,
+            clock=clock,
+            worker_id=config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}",
+            new_id=new_id or (lambda: uuid.uuid4().hex),
+            probes=MappingProxyType(probes),
+        )
+
+
+def load_application(target: str) -> tuple[Registry, Policy | None]:
+    """The registry (and policy, if any) of `module:attribute`, imported like uvicorn does.
+
+    The attribute is a Registry, an object with `.registry` (and optionally `.policy`),
+    or a callable returning either. The current directory is on the import path.
+    """
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ConfigurationError(f"registry must look like module:attribute, not {target!r}")
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        found = operator.attrgetter(attribute)(importlib.import_module(module_name))
+        if callable(found) and not isinstance(found, Registry):
+            found = found()
+    except Exception as exc:  # noqa: BLE001 - importing and building user code may raise anything
+        raise ConfigurationError(
+            f"registry {target}: {type(exc).__name__}: {exc}".replace("\n", " ")
+        ) from None
+    registry = found if isinstance(found, Registry) else getattr(found, "registry", None)
+    if not isinstance(registry, Registry):
+        raise ConfigurationError(
+            f"registry {target} gave neither a Registry nor an object with one"
+        )
+    policy: Policy | None = getattr(found, "policy", None)
+    return registry, policy
+
+
+def keyring_from(path: Path | None, environ: Mapping[str, str]) -> Keyring | None:
+    """The confirmation keys: the file (its owner's alone), else the environment, else None."""
+    from handrail.writes.confirmation import KEYRING_ENV, Keyring  # noqa: PLC0415
+
+    if path is not None:
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the keyring {path}: {exc.strerror}") from None
+        if os.name == "posix" and mode & _PRIVATE:
+            raise ConfigurationError(f"the keyring {path} is readable by others; chmod 600 it")
+        return Keyring.from_file(path)
+    return Keyring.from_env(environ=environ) if environ.get(KEYRING_ENV) else None

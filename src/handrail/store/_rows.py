@@ -38,12 +38,22 @@ __all__ = [
     "raw_row",
     "run_of",
     "run_row",
+    "stored_event",
     "utc",
 ]
 
 
 EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent) if f.name != "subject")
 SUBJECT_FIELDS = tuple(f.name for f in fields(AuditSubject))
+
+
+def stored_event(row: Any) -> AuditEvent:  # noqa: ANN401 - a row mapping of audit_events
+    """The AuditEvent of a stored audit row."""
+    return AuditEvent(
+        **{name: row[name] for name in EVENT_FIELDS if name != "at"},
+        at=aware(row["at"]),
+        subject=AuditSubject(**{name: row[name] for name in SUBJECT_FIELDS}),
+    )
 
 
 def event_row(event: AuditEvent) -> dict[str, object]:

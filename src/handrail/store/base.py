@@ -18,6 +18,8 @@ from handrail.api_keys import ApiKeyRecord
 from handrail.conversations import ConversationRecord
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord, ExecutionStatus
+from handrail.idempotency_keys import IdempotencyRecord
+from handrail.people import PersonRecord, SessionRecord
 from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
@@ -66,6 +68,29 @@ class Store(Protocol):
         tool_call_id: str | None = None,
     ) -> list[AuditEvent]:
         """The newest `limit` matching events, oldest first."""
+        ...
+
+    def search_audit(
+        self,
+        *,
+        tenant_id: str,
+        tool: str | None = None,
+        decision: str | None = None,
+        code: str | None = None,
+        user_id: str | None = None,
+        tool_call_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[tuple[int, AuditEvent]]:
+        """One tenant's events matching every filter given, newest first, with their seq.
+
+        `seq` is the event's place in the append order (greater is later); `before_seq`
+        continues a search below the last seq a page showed (keyset pagination), so
+        events appended meanwhile never shift a page. `since` is inclusive, `until`
+        exclusive. Filters compare the text as stored (`storable_events`).
+        """
         ...
 
     # --- plans and confirmations -----------------------------------------------------------
@@ -442,6 +467,62 @@ class Store(Protocol):
 
     # --- people and console sessions (the console part) ------------------------------------
 
+    def insert_person(self, record: PersonRecord) -> bool:
+        """Store a new person; False (nothing written) if the login or tenant's user is taken."""
+        ...
+
+    def get_person(self, login: str) -> PersonRecord | None:
+        """The person of a login, of any tenant (the caller scopes it), or None."""
+        ...
+
+    def list_people(self, *, tenant_id: str, limit: int = 100) -> list[PersonRecord]:
+        """A tenant's people, ordered by login."""
+        ...
+
+    def replace_person(self, record: PersonRecord, *, expect_version: int) -> bool:
+        """Write a person over the stored one if it is still at `expect_version`.
+
+        `record.version` must be `expect_version + 1` (else ValueError, nothing asked).
+        Login, tenant, user and creation time stay as stored. False (nothing written)
+        for an unknown or moved person.
+        """
+        ...
+
+    def record_failed_login(
+        self, login: str, *, at: datetime, max_failed: int, lock_until: datetime
+    ) -> PersonRecord | None:
+        """Count one failed login atomically; the person after, or None for an unknown login.
+
+        When the count reaches `max_failed` the account is locked until `lock_until`
+        and its count starts again from zero, in the same transaction, so concurrent
+        failures can neither lose a count nor skip the lock.
+        """
+        ...
+
+    def insert_session(self, record: SessionRecord) -> bool:
+        """Store a new session; False (nothing written) if its hash exists."""
+        ...
+
+    def get_session(self, session_hash: str) -> SessionRecord | None:
+        """The session of a hash, revoked or expired ones too, or None."""
+        ...
+
+    def touch_session(self, session_hash: str, *, at: datetime) -> bool:
+        """Move an unrevoked session's last use forward to `at` (never back); False otherwise."""
+        ...
+
+    def revoke_session(self, session_hash: str, *, at: datetime) -> bool:
+        """Revoke one session at `at` unless it is already; False (nothing written) otherwise."""
+        ...
+
+    def revoke_sessions(self, login: str, *, at: datetime) -> int:
+        """Revoke every unrevoked session of a login; how many."""
+        ...
+
+    def purge_sessions(self, *, before: datetime) -> int:
+        """Delete sessions that ended (expired or revoked) before `before`; how many."""
+        ...
+
     # --- task records ---------------------------------------------------------------------------
 
     def insert_task(self, record: TaskRecord) -> bool:
@@ -475,6 +556,33 @@ class Store(Protocol):
         ...
 
     # --- Idempotency-Key records of the HTTP API (the serve part) ---------------------------
+
+    def claim_idempotency_key(self, record: IdempotencyRecord) -> IdempotencyRecord | None:
+        """Claim a caller's key for a request: insert `record` (RUNNING) unless a live one holds it.
+
+        None when this request now holds the key; otherwise the record that does, as
+        stored. A record that expired by `record.created_at` is replaced in the same
+        transaction. Of racing claims of one key exactly one gets None.
+        """
+        ...
+
+    def finish_idempotency_key(self, record: IdempotencyRecord) -> bool:
+        """Keep the answer: the RUNNING record of `record`'s key and claim becomes `record` (DONE).
+
+        A compare-and-set on the claim: False (nothing written) when the key is held by
+        another claim, is already DONE, or is gone.
+        """
+        ...
+
+    def release_idempotency_key(
+        self, *, tenant_id: str, user_id: str, key: str, claim: str
+    ) -> bool:
+        """Drop the RUNNING record of this claim (its request kept no answer); False if not held."""
+        ...
+
+    def purge_idempotency_keys(self, *, before: datetime, limit: int = 1000) -> int:
+        """Delete up to `limit` records that expired by `before`; how many were deleted."""
+        ...
 
     def close(self) -> None:
         """Release connections."""

@@ -22,6 +22,7 @@ from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState, check_entries, check_successor
 from handrail.spec import ConfirmationMode
+from handrail.store._memory_audit import MemoryAuditSearch
 from handrail.store._memory_idempotency import MemoryIdempotency
 from handrail.store._memory_people import MemoryPeople
 from handrail.store._memory_shared import MemoryShared
@@ -34,7 +35,7 @@ _NOT_STARTED = frozenset({ExecutionStatus.PREPARED, ExecutionStatus.FAILED_FINAL
 _IDENTITY = ("plan_id", "plan_hash", "tool", "tenant_id", "user_id", "created_at")
 
 
-class MemoryStore(MemoryTasks, MemoryPeople, MemoryIdempotency, MemoryShared):
+class MemoryStore(MemoryAuditSearch, MemoryTasks, MemoryPeople, MemoryIdempotency, MemoryShared):
     """A thread-safe in-memory Store.
 
     Its reads never wait on I/O: each holds the lock only for dictionary and list work,

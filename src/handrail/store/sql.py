@@ -19,7 +19,7 @@ from alembic import command
 from alembic.config import Config
 
 from handrail.errors import StoreError
-from handrail.events import AuditEvent, AuditSubject, storable_events
+from handrail.events import AuditEvent, storable_events
 from handrail.execution import (
     ExecutionRecord,
     ExecutionStatus,
@@ -27,9 +27,6 @@ from handrail.execution import (
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.spec import ConfirmationMode
-from handrail.store._rows import EVENT_FIELDS as _EVENT_FIELDS
-from handrail.store._rows import SUBJECT_FIELDS as _SUBJECT_FIELDS
-from handrail.store._rows import aware as _aware
 from handrail.store._rows import event_row as _row
 from handrail.store._rows import execution_of as _execution
 from handrail.store._rows import execution_params, execution_row
@@ -38,8 +35,10 @@ from handrail.store._rows import plan_of as _plan
 from handrail.store._rows import plan_row as _plan_row
 from handrail.store._rows import raw_of as _raw
 from handrail.store._rows import raw_row as _raw_row
+from handrail.store._rows import stored_event as _event
 from handrail.store._rows import utc as _utc
 from handrail.store._sql_api_keys import SqlApiKeys
+from handrail.store._sql_audit import SqlAuditSearch
 from handrail.store._sql_conversations import SqlConversations
 from handrail.store._sql_idempotency import SqlIdempotency
 from handrail.store._sql_people import SqlPeople
@@ -101,6 +100,7 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
 
 
 class SqlStore(
+    SqlAuditSearch,
     SqlConversations,
     SqlRuns,
     SqlApiKeys,
@@ -178,14 +178,7 @@ class SqlStore(
                 rows = connection.execute(query).mappings().all()
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"audit read failed: {type(exc).__name__}") from exc
-        return [
-            AuditEvent(
-                **{name: row[name] for name in _EVENT_FIELDS if name != "at"},
-                at=_aware(row["at"]),
-                subject=AuditSubject(**{name: row[name] for name in _SUBJECT_FIELDS}),
-            )
-            for row in reversed(rows)
-        ]
+        return [_event(row) for row in reversed(rows)]
 
     # --- plans and confirmations -----------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The payments example served over HTTP by `handrail serve` (config: handrail.toml)."""
