@@ -44,6 +44,9 @@ STORE_TABLES = (
     "console_people",
     "console_sessions",
     "idempotency_keys",
+    "guard_conversations",
+    "guard_targets",
+    "secret_handles",
 )
 
 RACE_TIMEOUT_S = 60.0

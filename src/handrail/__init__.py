@@ -15,7 +15,7 @@ import typing
 
 if typing.TYPE_CHECKING:  # the names as mypy and IDEs see them; `_LAZY` says the same
     from handrail.app import Handrail
-    from handrail.authz.guard import ConversationGuard, MemoryGuardState
+    from handrail.authz.guard import ConversationGuard, MemoryGuardState, StoreGuardState
     from handrail.authz.policy import (
         AllowAll,
         Decision,
@@ -72,6 +72,7 @@ if typing.TYPE_CHECKING:  # the names as mypy and IDEs see them; `_LAZY` says th
     from handrail.record.audit import AuditSink, MemoryAuditSink
     from handrail.record.batching import AuditSinkHealth, AuditWriterState, BatchingAuditSink
     from handrail.record.raw_results import RawResults
+    from handrail.record.shared_ledger import SharedSecretLedger
     from handrail.shaping.budget import Budget, HeuristicTokens, TokenEstimator
     from handrail.shaping.continuation import continuation_tool
     from handrail.shaping.marking import MODEL_INSTRUCTIONS, DataMarker
@@ -153,6 +154,8 @@ _LAZY = {
     "MODEL_INSTRUCTIONS": "handrail.shaping.marking",
     "MemoryAuditSink": "handrail.record.audit",
     "MemoryGuardState": "handrail.authz.guard",
+    "StoreGuardState": "handrail.authz.guard",
+    "SharedSecretLedger": "handrail.record.shared_ledger",
     "ModelCapabilities": "handrail.declare.exposure",
     "NeedsClarification": "handrail.errors",
     "NoProof": "handrail.declare.hooks",
@@ -343,6 +346,7 @@ __all__ = [
     "SecretProvider",
     "Secrets",
     "Shaper",
+    "SharedSecretLedger",
     "SideEffect",
     "SigningKey",
     "SqliteStore",
@@ -350,6 +354,7 @@ __all__ = [
     "Status",
     "Store",
     "StoreError",
+    "StoreGuardState",
     "StreamKind",
     "SystemClock",
     "TaskMode",

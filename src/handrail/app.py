@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from handrail.authz.policy import Policy
     from handrail.authz.quota import Limiter
     from handrail.calls import ToolCall
-    from handrail.credentials import SecretProvider
+    from handrail.credentials import SecretLedger, SecretProvider
     from handrail.declare.exposure import Exposure
     from handrail.envelope import Envelope
     from handrail.loop.agent import AgentLoop
@@ -101,6 +101,7 @@ class Handrail:
         guard: ConversationGuard | None = None,
         limiter: Limiter | None = None,
         secrets: SecretProvider | None = None,
+        ledger: SecretLedger | None = None,
         redaction_key: bytes | None = None,
         max_result_chars: int = 16_000,
         new_id: Callable[[], str] | None = None,
@@ -124,8 +125,9 @@ class Handrail:
         `redaction_key` keys the hashes of values redacted by hashing (random per
         process by default, so equal values hash equally only within one process).
         `clock`, `new_id` (event and plan ids), `rng` (retry jitter), `secrets` (tool
-        credentials), `policy`, `guard`, `limiter` and `max_result_chars` go to the
-        Gate and Writes as they are.
+        credentials), `ledger` (the secret values handed out; a shared one for several
+        workers), `policy`, `guard`, `limiter` and `max_result_chars` go to the Gate
+        and Writes as they are.
         """
         clock = SystemClock() if clock is None else clock
         opened, owned = _open(store, migrate=migrate)
@@ -158,6 +160,7 @@ class Handrail:
                     rng=rng,
                     shaper=shaper,
                     secrets=secrets,
+                    ledger=ledger,
                 )
             gate = Gate(
                 tools,
@@ -169,6 +172,7 @@ class Handrail:
                 max_result_chars=max_result_chars,
                 shaper=shaper,
                 secrets=secrets,
+                ledger=ledger,
                 new_id=new_id,
                 writes=writes,
                 rng=rng,

@@ -234,6 +234,15 @@ class SecretLedger:
             self._values[value] = handle
             self._compiled = None
 
+    def hand_out(self, handle: str, value: str, *, tenant_id: str) -> None:
+        """Record `value` as handed to a tool for `tenant_id` (what `Secrets.get` calls).
+
+        Here the same as `record`; a ledger shared by several workers
+        (`handrail.record.shared_ledger`) also tells the others which handle went out.
+        """
+        del tenant_id  # one process: the value alone is what must be scrubbed
+        self.record(handle, value)
+
     def scrub(self, text: str) -> str:
         """`text` with every known value, in any known form, replaced by its placeholder."""
         compiled = self._current()
@@ -506,7 +515,7 @@ class Secrets:
             raise SecretAccessError(SecretAccessReason.MISSING, handle=handle, tool=self._tool)
         if len(value) < MIN_SECRET_LENGTH:
             raise SecretAccessError(SecretAccessReason.TOO_SHORT, handle=handle, tool=self._tool)
-        self._ledger.record(handle, value)
+        self._ledger.hand_out(handle, value, tenant_id=self._tenant_id)
         return value
 
     def __repr__(self) -> str:

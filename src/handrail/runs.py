@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["RunRecord", "RunState", "check_entries", "check_successor"]
+__all__ = ["RunRecord", "RunState", "check_entries", "check_lease_owner", "check_successor"]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_NAME = 256  # the stores' column width for tenant and user ids
@@ -63,6 +63,10 @@ class RunRecord:
     updated_at: datetime
     data: str
     entries: tuple[str, ...] = ()
+    lease_owner: str | None = None
+    """The worker driving a RUNNING run under a lease (`handrail.loop.leases`), or None."""
+    lease_until: datetime | None = None
+    """When that lease runs out unless renewed; another worker may then take the run over."""
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -77,6 +81,14 @@ class RunRecord:
         if _naive(self.created_at) or _naive(self.updated_at):
             msg = "a run's times must be timezone-aware"
             raise ValueError(msg)
+        if (self.lease_owner is None) != (self.lease_until is None):
+            msg = "a run's lease has both an owner and an end, or neither"
+            raise ValueError(msg)
+        if self.lease_until is not None and _naive(self.lease_until):
+            msg = "a run's times must be timezone-aware"
+            raise ValueError(msg)
+        if self.lease_owner is not None:
+            check_lease_owner(self.lease_owner)
         _check_text(self.data)
 
     def advanced(
@@ -100,11 +112,22 @@ class RunRecord:
             updated_at=at,
         )
 
+    def leased(self, owner: str | None, until: datetime | None) -> RunRecord:
+        """This record with its lease set (both given) or cleared (both None)."""
+        return dataclasses.replace(self, lease_owner=owner, lease_until=until)
+
 
 def check_successor(record: RunRecord, *, expect_version: int) -> None:
     """Refuse an update whose version is not `expect_version + 1` (a caller's bug)."""
     if record.version != expect_version + 1:
         msg = "an updated run's version must be expect_version + 1"
+        raise ValueError(msg)
+
+
+def check_lease_owner(owner: str) -> None:
+    """Refuse a lease owner no store keeps the same (ValueError): empty, too long, a NUL."""
+    if not 0 < len(owner) <= _MAX_NAME or "\x00" in owner:
+        msg = f"a lease owner is 1-{_MAX_NAME} characters, without NUL"
         raise ValueError(msg)
 
 

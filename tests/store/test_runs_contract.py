@@ -440,7 +440,8 @@ def test_opening_a_store_of_revision_0003_adds_runs_and_keeps_the_data(
         assert store.insert_run(_run())
         assert store.get_run("run_a") == _run()
         indexes = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("runs")}
-        assert indexes == {"ix_runs_tenant_updated"}
+        # 0013 adds the lease index (the workers' shared state).
+        assert indexes == {"ix_runs_tenant_updated", "ix_runs_state_lease"}
 
 
 def test_downgrading_0004_drops_only_the_runs(tmp_path: Path) -> None:

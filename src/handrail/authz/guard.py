@@ -1,33 +1,65 @@
 """Conversation guard: what one conversation was refused, and what it may no longer try.
 
-Owns per-conversation memory of denials, kept behind the `GuardState` Protocol: a
-target denied through one tool is not reachable through another tool afterwards, and
-repeated denials trip a breaker that refuses every further call of the conversation
-before anything runs. It never grants anything: it only adds refusals to the policy's.
+Owns per-conversation memory of denials, kept behind the `GuardState` Protocol (in
+this process, or in the store for every worker of a service): a target denied through
+one tool is not reachable through another tool afterwards, and repeated denials trip a
+breaker that refuses every further call of the conversation before anything runs. It
+never grants anything: it only adds refusals to the policy's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from handrail.authz.policy import Decision, Outcome, denied
 from handrail.errors import ConfigurationError, ErrorCode, Refusal
 from handrail.principal import Principal
+from handrail.sharing import MAX_GUARD_TARGETS, GuardRecord
 from handrail.spec import ToolSpec
+from handrail.store.base import reads_block
+
+if TYPE_CHECKING:
+    from handrail.clock import Clock
+    from handrail.store.base import Store
 
 __all__ = [
     "ConversationGuard",
     "ConversationState",
     "GuardState",
     "MemoryGuardState",
+    "StoreGuardState",
 ]
 
 _NO_TARGETS: Mapping[str, frozenset[str]] = MappingProxyType({})
-_MAX_TARGETS = 256
+_MAX_TARGETS = MAX_GUARD_TARGETS
+_MAX_TARGET_KEY = 512
+_MAX_CONVERSATION_KEY = 256
+"""The store's column widths: longer keys (and unstorable ones) are kept by SHA-256 (`_key`)."""
+
+
+def _key(text: str, limit: int) -> str:
+    """`text`, or its SHA-256 when no store could keep it; equal texts keep equal keys.
+
+    Not kept: longer than `limit`, a NUL, a lone surrogate (a model may put either in
+    an argument a target is built from).
+    """
+    if len(text) <= limit and "\x00" not in text and (text.isascii() or _encodable(text)):
+        return text
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,6 +146,53 @@ class MemoryGuardState:
         return after
 
 
+class StoreGuardState:
+    """Conversation state in the store, so that every worker of a service shares it.
+
+    `add_denial` is the store's atomic upsert (`Store.add_guard_denial`): of denials
+    in several processes at once, exactly one sees the count reach the breaker's limit.
+    A conversation id longer than the store's column is kept by its SHA-256. Reads run
+    inline on a store whose reads never wait, else in a worker thread, as writes do.
+    """
+
+    __slots__ = ("_clock", "_inline", "_store")
+
+    def __init__(self, store: Store, *, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._inline = not reads_block(store)
+
+    async def load(self, tenant_id: str, conversation: str) -> ConversationState:
+        """The stored state; empty for a conversation never denied."""
+        key = _key(conversation, _MAX_CONVERSATION_KEY)
+        if self._inline:
+            return _state(self._store.guard_state(tenant_id, key))
+        return _state(await asyncio.to_thread(self._store.guard_state, tenant_id, key))
+
+    async def add_denial(
+        self,
+        tenant_id: str,
+        conversation: str,
+        *,
+        tool: str,
+        target: str | None,
+    ) -> ConversationState:
+        """Count one denial in the store (atomic across processes); the state afterwards."""
+        record = await asyncio.to_thread(
+            self._store.add_guard_denial,
+            tenant_id,
+            _key(conversation, _MAX_CONVERSATION_KEY),
+            tool=tool,
+            target=target,
+            at=self._clock.now(),
+        )
+        return _state(record)
+
+
+def _state(record: GuardRecord) -> ConversationState:
+    return ConversationState(denials=record.denials, targets=MappingProxyType(dict(record.targets)))
+
+
 class ConversationGuard:
     """Refuses what one conversation should no longer try; the gate calls it per call.
 
@@ -168,6 +247,7 @@ class ConversationGuard:
         target = decision.resource_key
         if target is None or decision.outcome in {Outcome.DENY, Outcome.NOT_FOUND}:
             return
+        target = _key(target, _MAX_TARGET_KEY)
         state = await self._state.load(principal.tenant_id, conversation)
         # Denied to this tool alone: the policy decides again (a smaller amount may be
         # fine). Denied to any other tool, including an earlier bypass attempt through
@@ -197,6 +277,6 @@ class ConversationGuard:
             principal.tenant_id,
             conversation,
             tool=tool,
-            target=target,
+            target=None if target is None else _key(target, _MAX_TARGET_KEY),
         )
         return state.denials == self._max

@@ -74,6 +74,7 @@ class Gate:
         turn_budget: Budget | None = None,
         shaper: Shaper | None = None,
         secrets: SecretProvider | None = None,
+        ledger: SecretLedger | None = None,
         max_concurrency: int = 8,
         bulkheads: Mapping[str, int] | None = None,
         new_id: Callable[[], str] | None = None,
@@ -89,8 +90,14 @@ class Gate:
             redactor=Redactor(hash_key=os.urandom(32)),
             max_chars=max_result_chars,
         )
-        # Every secret value handed to a tool, to scrub from results, audit and logs.
-        self._ledger = writes.ledger if writes is not None else SecretLedger()
+        # Every secret value handed to a tool, to scrub from results, audit and logs;
+        # one ledger for the gate and its writes (shared by the workers: `shared_ledger`).
+        if writes is not None and ledger is not None and ledger is not writes.ledger:
+            raise ConfigurationError("the gate and its writes must share one secret ledger")
+        if writes is not None:
+            self._ledger = writes.ledger
+        else:
+            self._ledger = SecretLedger() if ledger is None else ledger
         # Argument summaries and short details repeat (same tool, same arguments, the
         # same refusal): their redaction is remembered, bounded.
         self._redact_short = functools.lru_cache(maxsize=4096)(self._shaper.redact_text)

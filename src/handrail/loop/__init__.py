@@ -26,6 +26,7 @@ from handrail.loop.events import (
 )
 from handrail.loop.final import RunAnswer
 from handrail.loop.hooks import HookFailedError, NoHooks, StepHooks
+from handrail.loop.leases import RunLeaseWatcher, RunLeasing
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -43,6 +44,8 @@ __all__ = [
     "RunBudget",
     "RunFailed",
     "RunFinished",
+    "RunLeaseWatcher",
+    "RunLeasing",
     "RunOutcome",
     "RunRefusedError",
     "RunStatus",

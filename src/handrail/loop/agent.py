@@ -18,9 +18,9 @@ The model never decides when a budget ends.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from secrets import token_hex
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,6 +43,7 @@ from handrail.loop._cancel import (
     claim_declined,
 )
 from handrail.loop._conversation import Conversations
+from handrail.loop._outcome import RunOutcome
 from handrail.loop._replay import (
     ReplayReport,
     replay_report,
@@ -71,9 +72,10 @@ from handrail.loop._streaming import (
     suspending,
 )
 from handrail.loop._toolset import RunToolset, ToolsetOptions
-from handrail.loop.answers import CheckedAnswer, EvidenceChecker, TextCheck, tool_names_of
+from handrail.loop.answers import EvidenceChecker, tool_names_of
 from handrail.loop.budgets import BudgetExhausted, BudgetTracker, BudgetTrip, RunBudget
 from handrail.loop.final import LOOP_INSTRUCTIONS, RunAnswer, checked_json, parse_final_answer
+from handrail.loop.leases import RunLeasing, claim_expired, heartbeat, stamped
 from handrail.loop.models import (
     ModelClient,
     ModelError,
@@ -119,32 +121,6 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunOutcome:
-    """Where a run stands after `run` or `resume` returned.
-
-    FINISHED: `final` is the answer in one shape (`RunAnswer`: what to show, the state,
-    the evidence check's verdict); `answer` (a structured answer after the check) or,
-    for free text, `text` and `text_check` are its details. SUSPENDED: `plan_ids` await
-    a person. BUDGET_EXHAUSTED: `trip` says which budget. FAILED: `error` is the model
-    error's code, or CANCELLED (after `cancel`, `plan_ids` are the plans it declined).
-    `new_turns` are the run's turns from its task on (after a resume, all
-    of them), for a host that keeps the history itself.
-    """
-
-    run_id: str
-    status: RunStatus
-    steps: int
-    answer: CheckedAnswer | None = None
-    text: str | None = None
-    text_check: TextCheck | None = None
-    plan_ids: tuple[str, ...] = ()
-    trip: BudgetTrip | None = None
-    error: str | None = None
-    final: RunAnswer | None = None
-    new_turns: tuple[Turn, ...] = ()
-
-
 Runner = Callable[[Sequence["ToolCall"], Session], Awaitable[list[Envelope]]]
 
 
@@ -159,7 +135,8 @@ class AgentLoop:
     conversation, so every protection it offers holds inside a run and a chat. `toolset`
     lets searches and skills change the exposure step by step (`_toolset`). Model
     errors end a run FAILED with their code: the loop does not retry a model (a retry
-    would need its own budget; left to the host).
+    would need its own budget; left to the host). With `leasing`, a run is leased to its
+    worker while driven, and `take_over` goes on with one whose lease ran out (`leases`).
     """
 
     def __init__(
@@ -178,6 +155,7 @@ class AgentLoop:
         exposure: ExposureRequest | None = None,
         hooks: StepHooks | None = None,
         toolset: ToolsetOptions | None = None,
+        leasing: RunLeasing | None = None,
     ) -> None:
         self._gate = gate
         self._model = model
@@ -194,6 +172,8 @@ class AgentLoop:
         )
         self._conversations = Conversations(store, clock)
         self._hooks = hooks
+        self._leasing = leasing
+        self._lease = functools.partial(heartbeat, leasing, store, clock)
 
     # --- run ------------------------------------------------------------------------------------
 
@@ -249,6 +229,7 @@ class AgentLoop:
             data=log.header(data),
             entries=(log.entry(data),),
         )
+        record = stamped(self._leasing, record, at=now)
         if not await self._io(self._store.insert_run, record):
             await self._conversations.release(opened, run_id)
             raise RunRefusedError(ErrorCode.CONFLICT, "A run with this id exists.")
@@ -268,7 +249,7 @@ class AgentLoop:
 
     async def _drive(self, s: Session, runner: Runner) -> RunOutcome:
         """Steps until the run finishes, suspends, fails or a budget trips."""
-        async with observed(s, self._hooks, self._end_error):
+        async with self._lease(s), observed(s, self._hooks, self._end_error):
             ledger = s.ledger()
             while True:
                 try:
@@ -399,12 +380,11 @@ class AgentLoop:
         if s.record is None:
             return
         synced = state is RunState.RUNNING or await self._conversations.sync(s)
+        at = self._clock.now()
         record = s.record.advanced(
-            at=self._clock.now(),
-            state=state,
-            data=s.log.header(s.data),
-            entries=(s.log.entry(s.data),),
+            at=at, state=state, data=s.log.header(s.data), entries=(s.log.entry(s.data),)
         )
+        record = stamped(self._leasing, record, at=at)
         if not await self._io(self._store.update_run, record, expect_version=s.record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run was changed by another process.")
         s.log.stored(s.data)
@@ -446,7 +426,7 @@ class AgentLoop:
         if writes is None:
             msg = "resuming a run needs an AgentLoop configured with writes"
             raise ConfigurationError(msg)
-        record = await self._own_run(run_id, principal)
+        record = await self._stored(run_id, principal)
         if record.state is not RunState.SUSPENDED:
             raise RunRefusedError(
                 ErrorCode.CONFLICT, f"The run is {record.state.value.lower()}, not suspended."
@@ -459,7 +439,8 @@ class AgentLoop:
         history = await self._conversations.history_of(data)
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         # Claim the run first, so two resumes of one run never both proceed.
-        claimed = record.advanced(at=self._clock.now(), state=RunState.RUNNING)
+        at = self._clock.now()
+        claimed = stamped(self._leasing, record.advanced(at=at, state=RunState.RUNNING), at=at)
         if not await self._io(self._store.update_run, claimed, expect_version=record.version):
             raise RunRefusedError(ErrorCode.CONFLICT, "The run is being resumed elsewhere.")
         tracker.start()
@@ -472,7 +453,7 @@ class AgentLoop:
             record=claimed,
             history=history,
         )
-        async with observed(s, self._hooks, self._end_error):
+        async with self._lease(s), observed(s, self._hooks, self._end_error):
             if tracker.remaining_seconds() <= 0:
                 try:
                     tracker.before_step()  # trips the deadline: nothing is confirmed or run
@@ -483,7 +464,7 @@ class AgentLoop:
                     writes, pending, principal, token, timeout=tracker.remaining_seconds()
                 )
             except WriteRefusedError:
-                released = claimed.advanced(at=self._clock.now(), state=RunState.SUSPENDED)
+                released = stamped(None, claimed.advanced(at=at, state=RunState.SUSPENDED), at=at)
                 if await self._io(self._store.update_run, released, expect_version=claimed.version):
                     s.record = released
                 raise
@@ -506,6 +487,26 @@ class AgentLoop:
         """`resume`'s events as they happen, the terminal one last, as `stream`."""
         return streamed(lambda: self.resume(run_id, principal, plan_id=plan_id, token=token))
 
+    async def take_over(self, run_id: str) -> RunOutcome:
+        """Go on with a RUNNING run whose lease ran out, as this worker (`claim_expired`)."""
+        found = await self._stored(run_id)
+        record = await claim_expired(self._store, self._leasing, self._clock, found)
+        data = read_run(record)
+        s = Session.of(
+            data,
+            run_id=run_id,
+            principal=Principal.from_snapshot(data.principal),
+            tracker=BudgetTracker.restore(data.budget, self._budget, self._clock),
+            model=self._model,
+            record=record,
+            history=await self._conversations.history_of(data),
+        )
+        s.tracker.start()
+        if s.pending:  # it died executing a confirmed plan: resumable again, as it was
+            await self._save(s, RunState.SUSPENDED)
+            return self._outcome(s, RunStatus.SUSPENDED)
+        return await self._drive(s, self._live)
+
     # --- cancel ---------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, principal: Principal, *, reason: str) -> RunOutcome:
@@ -519,7 +520,7 @@ class AgentLoop:
         ended run, one that may still run, a plan that executed (resume with it first).
         """
         reason = check_reason(reason)
-        record = await self._own_run(run_id, principal)
+        record = await self._stored(run_id, principal)
         data = read_run(record)
         tracker = BudgetTracker.restore(data.budget, self._budget, self._clock)
         check_cancellable(record, data, self._budget, now=self._clock.now())
@@ -547,11 +548,11 @@ class AgentLoop:
         declined = tuple(plan.plan_id for plan in data.pending)
         return self._outcome(s, RunStatus.FAILED, error=code, plan_ids=declined)
 
-    async def _own_run(self, run_id: str, principal: Principal) -> RunRecord:
-        """`principal`'s stored run; NOT_FOUND for none or another's, alike."""
+    async def _stored(self, run_id: str, principal: Principal | None = None) -> RunRecord:
+        """The stored run (`principal`'s, if given); NOT_FOUND for none or another's, alike."""
         record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
         owner = None if record is None else (record.tenant_id, record.user_id)
-        if record is None or owner != (principal.tenant_id, principal.user_id):
+        if record is None or (principal and owner != (principal.tenant_id, principal.user_id)):
             raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
         return record
 
@@ -571,9 +572,7 @@ class AgentLoop:
         never run again: their recorded outcomes stand in, as do the recorded resumes.
         The replay runs under the recorded budget and stores nothing.
         """
-        record = await self._io(self._store.get_run, run_id) if _RUN_ID.fullmatch(run_id) else None
-        if record is None:
-            raise RunRefusedError(ErrorCode.NOT_FOUND, "There is no such run.")
+        record = await self._stored(run_id)
         recorded = read_run(record)
         session = replay_session(
             recorded,

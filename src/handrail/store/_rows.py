@@ -226,7 +226,7 @@ def raw_of(row: sa.RowMapping) -> RawRecord:
 
 
 def run_row(record: RunRecord) -> dict[str, Any]:
-    return {
+    row = {
         "run_id": record.run_id,
         "tenant_id": record.tenant_id,
         "user_id": record.user_id,
@@ -236,6 +236,11 @@ def run_row(record: RunRecord) -> dict[str, Any]:
         "updated_at": utc(record.updated_at),
         "data": record.data,
     }
+    if record.lease_owner is not None:
+        # Only a leased run names the lease columns (0013): an unleased insert is the
+        # same statement on a database of any revision since the runs table.
+        row |= {"lease_owner": record.lease_owner, "lease_until": utc(record.lease_until)}
+    return row
 
 
 def run_of(row: sa.RowMapping) -> RunRecord:
@@ -248,4 +253,6 @@ def run_of(row: sa.RowMapping) -> RunRecord:
         created_at=aware(row["created_at"]),
         updated_at=aware(row["updated_at"]),
         data=row["data"],
+        lease_owner=row["lease_owner"],
+        lease_until=maybe_aware(row["lease_until"]),
     )

@@ -73,6 +73,8 @@ class SqlRuns(SqlPart):
             "v_version": record.version,
             "v_at": utc(record.updated_at),
             "v_data": record.data,
+            "v_lease_owner": record.lease_owner,
+            "v_lease_until": utc(record.lease_until),
         }
         if not record.entries:
             return self._write(

@@ -189,6 +189,8 @@ UPDATE_RUN = (
         version=sa.bindparam("v_version"),
         updated_at=sa.bindparam("v_at", type_=_U.updated_at.type),
         data=sa.bindparam("v_data", type_=_U.data.type),
+        lease_owner=sa.bindparam("v_lease_owner", type_=_U.lease_owner.type),
+        lease_until=sa.bindparam("v_lease_until", type_=_U.lease_until.type),
     )
 )
 

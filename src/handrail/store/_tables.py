@@ -136,7 +136,11 @@ runs = sa.Table(
     sa.Column("created_at", _TIME, nullable=False),
     sa.Column("updated_at", _TIME, nullable=False),
     sa.Column("data", sa.Text(), nullable=False),
+    # Added by 0013 (the workers part): who drives a RUNNING run, and until when.
+    sa.Column("lease_owner", sa.String(256)),
+    sa.Column("lease_until", _TIME),
     sa.Index("ix_runs_tenant_updated", "tenant_id", "updated_at"),
+    sa.Index("ix_runs_state_lease", "state", "lease_until"),
 )
 
 run_entries = sa.Table(

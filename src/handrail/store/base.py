@@ -24,6 +24,7 @@ from handrail.pins import PinRecord
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.runs import RunRecord, RunState
+from handrail.sharing import GuardRecord, HandedSecret
 from handrail.tasking import TaskRecord, TaskState
 
 __all__ = ["Store", "reads_block"]
@@ -284,6 +285,70 @@ class Store(Protocol):
         ...
 
     # --- state shared by the workers of one service (the workers part) ---------------------
+
+    def guard_state(self, tenant_id: str, conversation: str) -> GuardRecord:
+        """A conversation's denial count and denied targets; an empty record if never denied."""
+        ...
+
+    def add_guard_denial(
+        self,
+        tenant_id: str,
+        conversation: str,
+        *,
+        tool: str,
+        target: str | None,
+        at: datetime,
+    ) -> GuardRecord:
+        """Count one denial of a conversation and remember its target; the record afterwards.
+
+        Atomic, also across processes: each call adds exactly one (an upsert returning
+        the new count, never read-then-write), so exactly one denial sees the count
+        reach a limit. A target (with the tool it was denied to) is kept while the
+        conversation has fewer than `MAX_GUARD_TARGETS` targets, or already has it.
+        """
+        ...
+
+    def purge_guard_states(self, *, before: datetime) -> int:
+        """Forget the conversations whose last denial was before `before`; how many."""
+        ...
+
+    def note_secret_handle(self, tenant_id: str, handle: str, *, at: datetime) -> bool:
+        """Note that `handle` was handed to a tool for `tenant_id`; False if noted before.
+
+        Names only: no value, hash or other form of a secret is ever stored.
+        """
+        ...
+
+    def list_secret_handles(self) -> list[HandedSecret]:
+        """Every handle noted, oldest first (ties: by tenant, then handle)."""
+        ...
+
+    def renew_run_lease(self, run_id: str, *, owner: str, until: datetime) -> bool:
+        """Move a RUNNING run's lease to end at `until` if `owner` still holds it.
+
+        The version does not move (the run's own writes go on by compare-and-set);
+        False (nothing written) for an unknown run, another owner, or a run not RUNNING.
+        An owner no run could have (`check_lease_owner`) is a ValueError, nothing asked.
+        """
+        ...
+
+    def take_over_run(
+        self, run_id: str, *, expect_version: int, owner: str, until: datetime, at: datetime
+    ) -> bool:
+        """Lease a RUNNING run whose lease ran out by `at` to `owner`, until `until`.
+
+        A compare-and-set on `expect_version` that also moves the version by one (and
+        `updated_at` to `at`), so the previous owner's next write fails: of two takers
+        exactly one wins, and a heartbeat and a take-over never both succeed. False
+        (nothing written) for an unknown run, a moved one, one not RUNNING, one never
+        leased, or a lease still running at `at`. An owner `check_lease_owner` refuses
+        is a ValueError, nothing asked.
+        """
+        ...
+
+    def expired_runs(self, *, now: datetime, limit: int) -> list[str]:
+        """Ids of RUNNING runs whose lease ran out by `now`, the longest expired first."""
+        ...
 
     # --- conversations -------------------------------------------------------------------------
 

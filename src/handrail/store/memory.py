@@ -351,6 +351,8 @@ class MemoryStore(MemoryAuditSearch, MemoryTasks, MemoryPeople, MemoryIdempotenc
                 version=record.version,
                 updated_at=record.updated_at.astimezone(UTC),
                 data=record.data,
+                lease_owner=record.lease_owner,
+                lease_until=_utc_or_none(record.lease_until),
             )
             self._run_entries[record.run_id].extend(record.entries)
             return True
@@ -575,4 +577,9 @@ def _utc_run(record: RunRecord) -> RunRecord:
         record,
         created_at=record.created_at.astimezone(UTC),
         updated_at=record.updated_at.astimezone(UTC),
+        lease_until=_utc_or_none(record.lease_until),
     )
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
