@@ -14,6 +14,7 @@ from handrail.errors import ConfigurationError
 from handrail.mcp.keys import ApiKeys
 from handrail.server import create_app, load_config, open_services
 from handrail.server.config import ServerConfig
+from handrail.server.console.people import ConsolePeople
 from handrail.server.services import load_application
 from handrail.writes.confirmation import KEYRING_ENV
 
@@ -44,7 +45,7 @@ def _payments_db_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 async def test_the_config_opens_the_app_its_store_and_api_keys(tmp_path: Path) -> None:
     config = config_in(tmp_path)
     async with open_services(config, environ=KEYS) as services:
-        assert services.people is None
+        assert isinstance(services.people, ConsolePeople)
         assert services.worker_id.endswith(f":{os.getpid()}")
         assert "payments.get_order" in {s.name for s in services.handrail.registry.specs()}
         principal = Principal(
@@ -55,6 +56,28 @@ async def test_the_config_opens_the_app_its_store_and_api_keys(tmp_path: Path) -
             answer = await client.get("/v1/tools/anthropic")
         assert answer.status_code == 200
     assert (tmp_path / "h.db").exists()
+
+
+async def test_without_the_console_no_person_is_served(tmp_path: Path) -> None:
+    config = config_in(tmp_path, "[console]\nenabled = false")
+    async with open_services(config, environ=KEYS) as services:
+        assert services.people is None
+        async with asgi_client(create_app(services)) as client:
+            assert (await client.get("/login")).status_code == 404
+
+
+async def test_the_workers_share_the_guard_counts_through_the_store(tmp_path: Path) -> None:
+    config = config_in(tmp_path)
+    principal = Principal(user_id="alice", tenant_id="acme")
+    async with open_services(config, environ=KEYS) as first:
+        guard = first.handrail.gate._guard
+        assert guard is not None
+        await guard.record_denial(principal, "chat-1", tool="payments.get_order", target=None)
+    async with open_services(config, environ=KEYS) as second:
+        guard = second.handrail.gate._guard
+        assert guard is not None
+        state = await guard._state.load("acme", "chat-1")
+    assert state.denials == 1
 
 
 async def test_a_keyring_file_readable_by_others_is_refused(tmp_path: Path) -> None:

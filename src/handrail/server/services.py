@@ -9,6 +9,7 @@ on exit; tests build a `Services` from parts they made themselves.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import operator
 import os
@@ -92,34 +93,45 @@ async def open_services(
     """Open the store, the application and the authenticators the config names; close on exit.
 
     The registry (and policy) come from `config.handrail.registry`; the keyring from
-    its file (which only its owner may read) or else the environment; a Redis limiter
-    shared by every worker when `redis` is set. ConfigurationError says what is wrong.
+    its file (which only its owner may read) or else the environment. State that must
+    hold across workers (guard counts, secret handles, run leases; limits in Redis when
+    `redis` is set) goes through `server.shared`; the console's people are served when
+    the console is on; ended sessions and expired idempotency records are purged in the
+    background. ConfigurationError says what is wrong.
     """
     from handrail.mcp.auth import bearer_authenticator  # noqa: PLC0415 - loads the mcp SDK
+    from handrail.server.console.people import ConsolePeople  # noqa: PLC0415 - argon2
+    from handrail.server.housekeeping import Housekeeping  # noqa: PLC0415
     from handrail.server.operations import Operations  # noqa: PLC0415 - imports the app
+    from handrail.server.shared import shared_state  # noqa: PLC0415
+    from handrail.store import open_store  # noqa: PLC0415
 
     clock = SystemClock() if clock is None else clock
     if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
         raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
     registry, policy = load_application(config.handrail.registry)
     keyring = keyring_from(config.handrail.keyring, os.environ if environ is None else environ)
+    worker_id = config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}"
     async with AsyncExitStack() as stack:
+        store = await asyncio.to_thread(
+            open_store, config.handrail.store, migrate=config.handrail.migrate
+        )
+        stack.callback(store.close)
+        # Guard counts, handed-out secret handles and run leases in the store, limits in
+        # Redis when configured: every worker of the service sees the same state.
+        shared = await stack.enter_async_context(
+            shared_state(store, redis_url=config.handrail.redis, clock=clock, worker_id=worker_id)
+        )
         probes: dict[str, Probe] = {}
-        limiter = None
-        if config.handrail.redis is not None:
-            from handrail.authz.quota import QuotaPolicy, RateLimiter  # noqa: PLC0415
-
-            limiter = RateLimiter.redis(config.handrail.redis, policy=QuotaPolicy())
-            stack.push_async_callback(limiter.aclose)
-            probes["redis"] = limiter.reachable
+        if shared.limiter is not None:
+            probes["redis"] = shared.limiter.reachable
         app = Handrail.open(
-            config.handrail.store,
+            store,
             registry=registry,
             policy=policy,
             keyring=keyring,
             clock=clock,
-            migrate=config.handrail.migrate,
-            limiter=limiter,
+            **shared.handrail_options(),
         )
         stack.push_async_callback(app.aclose)
         bearer = bearer_authenticator(
@@ -130,14 +142,25 @@ async def open_services(
             jwt_audience=config.auth.jwt_audience or config.server.url(),
             tenant_claim=config.auth.tenant_claim,
         )
+        people = None
+        if config.console.enabled:
+            people = ConsolePeople(
+                store,
+                clock=clock,
+                config=config.console,
+                secure_cookies=config.secure_cookies(),
+            )
+        housekeeping = Housekeeping(store, clock=clock)
+        await housekeeping.start()
+        stack.push_async_callback(housekeeping.stop)
         yield Services(
             config=config,
             handrail=app,
             bearer=bearer,
-            operations=Operations(app, clock=clock),
-            people=None,
+            operations=Operations(app, clock=clock, worker_id=worker_id),
+            people=people,
             clock=clock,
-            worker_id=config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}",
+            worker_id=worker_id,
             new_id=new_id or (lambda: uuid.uuid4().hex),
             probes=MappingProxyType(probes),
         )

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from handrail.authz.guard import ConversationGuard, StoreGuardState
-from handrail.authz.quota import Limiter, QuotaPolicy, RateLimiter
+from handrail.authz.quota import QuotaPolicy, RateLimiter
 from handrail.errors import ConfigurationError, HandrailError
 from handrail.loop.leases import RunLeaseWatcher, RunLeasing, TakeOver
 from handrail.record.shared_ledger import SharedSecretLedger
@@ -61,7 +61,7 @@ class SharedState:
     """
 
     guard: ConversationGuard
-    limiter: Limiter | None
+    limiter: RateLimiter | None
     ledger: SharedSecretLedger
     leasing: RunLeasing
     clock: Clock
@@ -107,7 +107,7 @@ class SharedState:
                 await task
         for watcher in self._background.watchers:
             await watcher.stop()
-        if isinstance(self.limiter, RateLimiter):
+        if self.limiter is not None:
             await self.limiter.aclose()
 
     async def __aenter__(self) -> Self:
