@@ -1,24 +1,29 @@
 """Load on the service: POST /v1/calls (a read through the whole gate, audited to the store)
 against a bare ASGI endpoint doing json.loads + validate + dumps, on the same server stack.
 
-Both servers are what `handrail serve` runs (`service_server`: uvicorn, h11 with the
+The servers are what `handrail serve` runs (`service_server`: uvicorn, h11 with the
 request-head deadline), each in its own process, started side by side in the same run:
 
-- `handrail`: `create_app(services)` over the payments example on a SQLite store, an
-  API key checked against the store on every request, the body limit and the
-  Idempotency-Key middleware in place, and POST /v1/calls/anthropic with one
-  `payments__get_order` call: lookup, the four checks, the risk decision, the tool's
-  query, shaping, the marked envelope, every stage's audit event written to the store
-  (BatchingAuditSink), the result rendered as an Anthropic tool_result message;
+- `handrail` (the target): `create_app(services)` on a SQLite store serving the
+  bench's own read tool, `bench.get_order` (`_memory_orders`: the bare endpoint's
+  argument validation, the order looked up in a dict, no I/O), an API key checked
+  against the store on every request, the body limit and the Idempotency-Key
+  middleware in place, and POST /v1/calls/anthropic with one call: lookup, the four
+  checks, the risk decision, the tool, shaping, the marked envelope, every stage's
+  audit event written to the store (BatchingAuditSink), the result rendered as an
+  Anthropic tool_result message. What it measures is Handrail's own cost;
+- `payments` (a realistic case): the same over the payments example's
+  `payments__get_order`, whose policy resolver and tool each query the example's
+  SQLite database in a worker thread;
 - `bare`: a plain ASGI function that reads the same body, `json.loads` it, validates it
   with a pydantic model of the message (the tool_use block and its `order_id`
   pattern) and answers `json.dumps` of a small result.
 
 One client process (httpx, keep-alive, one connection per client) drives C concurrent
-clients for N requests per server per round, at C = 1, 16 and 64, servers interleaved
-per round. Reported: p50 and p99 latency (ms), throughput (requests/s), and the
-handrail/bare ratios. Targets: throughput ≥ 0.5x bare, p99 ≤ 3x bare. Nothing here
-asserts a time.
+clients for N requests per server per round, at C = 1, 16 and 64, servers in rotating
+order per round. Reported: p50 and p99 latency (ms), throughput (requests/s), and each
+case's ratios to bare. Targets (for `handrail`): throughput ≥ 0.5x bare, p99 ≤ 3x
+bare. Nothing here asserts a time.
 
     .venv/bin/python bench/service_load.py [--requests 1000] [--rounds 2] [--json out.json]
 """
@@ -41,26 +46,28 @@ from _measure import environment_facts, table
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = (1, 16, 64)
-BODY = json.dumps(
-    {
-        "role": "assistant",
-        "content": [
-            {
-                "type": "tool_use",
-                "id": "toolu_1",
-                "name": "payments__get_order",
-                "input": {"order_id": "ORD-1001"},
-            }
-        ],
-    }
-).encode()
+SERVERS = ("handrail", "payments", "bare")
+"""The servers in the order they start; each case is compared with `bare`."""
+CASES = ("handrail", "payments")
+
+
+def _body(tool: str) -> bytes:
+    call = {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"order_id": "ORD-1001"}}
+    return json.dumps({"role": "assistant", "content": [call]}).encode()
+
+
+BODIES = {
+    "handrail": _body("bench__get_order"),
+    "payments": _body("payments__get_order"),
+    "bare": _body("bench__get_order"),
+}
 
 
 # --- the servers (each in a process of its own) ------------------------------------------------
 
 
 def _serve(kind: str, folder: str, ready: Any) -> None:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "server")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "server"), str(ROOT / "bench")]
     asyncio.run(_serve_async(kind, Path(folder), ready))
 
 
@@ -72,14 +79,16 @@ async def _serve_async(kind: str, folder: Path, ready: Any) -> None:
     config = ServerConfig(handrail=HandrailConfig(registry="examples.payments:build_app"))
     sock = bound_socket("127.0.0.1", 0)
     token = ""
-    if kind == "handrail":
+    if kind in CASES:
+        from _memory_orders import memory_registry  # noqa: PLC0415
         from _service import build_services, key_for  # noqa: PLC0415
 
         from handrail.server import create_app  # noqa: PLC0415
         from handrail.store import open_store  # noqa: PLC0415
 
-        store = open_store(folder / "handrail.db")
-        services = build_services(store, folder, config=config)
+        store = open_store(folder / f"{kind}.db")
+        registry = memory_registry() if kind == "handrail" else None
+        services = build_services(store, folder, config=config, registry=registry)
         token = key_for(services, permissions=frozenset({"order.read"}))
         app: Any = create_app(services)
     else:
@@ -143,8 +152,10 @@ def _bare_app() -> Any:
 # --- the load --------------------------------------------------------------------------------
 
 
-async def _load(url: str, token: str, clients: int, requests: int) -> tuple[list[float], float]:
-    """Latencies (s) of `requests` POSTs by `clients` concurrent clients, and the wall time."""
+async def _load(
+    url: str, token: str, body: bytes, clients: int, requests: int
+) -> tuple[list[float], float]:
+    """Latencies (s) of `requests` POSTs of `body` by `clients` concurrent clients; wall time."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -160,7 +171,7 @@ async def _load(url: str, token: str, clients: int, requests: int) -> tuple[list
             while left > 0:
                 left -= 1
                 start = time.perf_counter()
-                answer = await client.post("/v1/calls/anthropic", content=BODY)
+                answer = await client.post("/v1/calls/anthropic", content=body)
                 latencies.append(time.perf_counter() - start)
                 if answer.status_code != 200:  # pragma: no cover - a broken setup
                     raise SystemExit(f"{url}: {answer.status_code} {answer.text[:200]}")
@@ -181,15 +192,16 @@ async def _measure(
     results: dict[str, Any] = {}
     for clients in CLIENTS:
         count = max(requests // 4, 100) if clients == 1 else requests
-        for url, token in servers.values():  # warm-up
-            await _load(url, token, clients, min(count, 200))
+        for name, (url, token) in servers.items():  # warm-up
+            await _load(url, token, BODIES[name], clients, min(count, 200))
         latencies: dict[str, list[float]] = {name: [] for name in servers}
         walls: dict[str, float] = dict.fromkeys(servers, 0.0)
+        names = list(servers)
         for index in range(rounds):
-            order = list(servers) if index % 2 == 0 else list(reversed(servers))
-            for name in order:
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
                 url, token = servers[name]
-                lat, wall = await _load(url, token, clients, count)
+                lat, wall = await _load(url, token, BODIES[name], clients, count)
                 latencies[name].extend(lat)
                 walls[name] += wall
         results[str(clients)] = {
@@ -216,7 +228,7 @@ def main() -> None:
         processes = []
         servers: dict[str, tuple[str, str]] = {}
         try:
-            for kind in ("handrail", "bare"):
+            for kind in SERVERS:
                 ready = context.Queue()
                 process = context.Process(target=_serve, args=(kind, folder, ready), daemon=True)
                 process.start()
@@ -230,23 +242,27 @@ def main() -> None:
                 process.join(timeout=30)
     rows = []
     for clients, by_server in results.items():
-        ours, bare = by_server["handrail"], by_server["bare"]
-        rows.append(
-            (
-                clients,
-                f"{ours['p50_ms']:.2f}",
-                f"{ours['p99_ms']:.2f}",
-                f"{ours['throughput_rps']:.0f}",
-                f"{bare['p50_ms']:.2f}",
-                f"{bare['p99_ms']:.2f}",
-                f"{bare['throughput_rps']:.0f}",
-                f"{ours['throughput_rps'] / bare['throughput_rps']:.2f}x",
-                f"{ours['p99_ms'] / bare['p99_ms']:.2f}x",
+        bare = by_server["bare"]
+        for case in CASES:
+            ours = by_server[case]
+            rows.append(
+                (
+                    clients,
+                    case,
+                    f"{ours['p50_ms']:.2f}",
+                    f"{ours['p99_ms']:.2f}",
+                    f"{ours['throughput_rps']:.0f}",
+                    f"{bare['p50_ms']:.2f}",
+                    f"{bare['p99_ms']:.2f}",
+                    f"{bare['throughput_rps']:.0f}",
+                    f"{ours['throughput_rps'] / bare['throughput_rps']:.2f}x",
+                    f"{ours['p99_ms'] / bare['p99_ms']:.2f}x",
+                )
             )
-        )
     header = (
         "clients",
-        "handrail p50",
+        "case",
+        "p50 ms",
         "p99 ms",
         "req/s",
         "bare p50",
@@ -256,7 +272,8 @@ def main() -> None:
         "p99 ratio",
     )
     print(table(header, rows, "POST /v1/calls/anthropic (a read, gated, audited) vs bare"))
-    print("targets: throughput ratio >= 0.5x, p99 ratio <= 3x")
+    print("handrail: bench.get_order (in memory); payments: payments__get_order (SQLite example)")
+    print("targets (handrail): throughput ratio >= 0.5x, p99 ratio <= 3x")
     if args.json is not None:
         facts = environment_facts(
             {"requests": args.requests, "rounds": args.rounds},

@@ -16,7 +16,9 @@ import httpx
 from examples.payments.app import build_app
 
 from handrail.app import Handrail
+from handrail.authz.policy import PolicyEngine
 from handrail.clock import SystemClock
+from handrail.declare.registry import Registry
 from handrail.mcp.auth import ApiKeyAuthenticator
 from handrail.mcp.keys import ApiKeys
 from handrail.principal import Principal
@@ -36,18 +38,23 @@ def build_services(
     *,
     config: ServerConfig | None = None,
     people: PeopleAuthority | None = None,
+    registry: Registry | None = None,
 ) -> Services:
     """Services over `store` serving the payments example (database under tmp_path).
 
-    `people` is the console's authority (None: the console logs nobody in).
+    `people` is the console's authority (None: the console logs nobody in). `registry`
+    serves those tools instead of the payments example's (and no policy).
     """
     clock = SystemClock()
-    payments = build_app(database=tmp_path / f"payments-{next(_ids)}.db", clock=clock)
-    payments.database.reset()
+    policy: PolicyEngine | None = None
+    if registry is None:
+        payments = build_app(database=tmp_path / f"payments-{next(_ids)}.db", clock=clock)
+        payments.database.reset()
+        registry, policy = payments.registry, payments.policy
     app = Handrail.open(
         store,
-        registry=payments.registry,
-        policy=payments.policy,
+        registry=registry,
+        policy=policy,
         keyring=Keyring(SigningKey("test", b"k" * 32)),
         clock=clock,
     )

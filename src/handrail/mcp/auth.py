@@ -74,9 +74,10 @@ class Authenticator(Protocol):
 class ApiKeyAuthenticator:
     """API keys from the store (`handrail.api_keys`), looked up on every request.
 
-    The lookup runs in a worker thread, unless the store's reads never wait
-    (`ApiKeys.verify_blocks`): then it runs inline, saving the thread hop. Either way
-    the store is read each time, so a revoked or expired key is refused at once.
+    The lookup runs in a worker thread, unless the store's reads by key never wait
+    long (`ApiKeys.verify_blocks`; memory, SQLite): then it runs inline, saving the
+    thread hop. Either way the store is read each time, so a revoked or expired key is
+    refused at once.
     """
 
     def __init__(self, keys: ApiKeys) -> None:

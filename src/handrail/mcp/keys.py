@@ -28,7 +28,7 @@ from handrail.clock import Clock, SystemClock
 from handrail.events import AuditSubject
 from handrail.principal import Principal
 from handrail.record.audit import Auditor
-from handrail.store.base import reads_block
+from handrail.store.base import point_reads_block
 
 if TYPE_CHECKING:
     from handrail.events import AuditEvent
@@ -68,7 +68,7 @@ class ApiKeys:
         sink = _StoreAudit(store) if audit is True else (audit or None)
         self._auditor = Auditor(sink, self._clock)
         self._random = random_bytes
-        self._verify_blocks = reads_block(store)
+        self._verify_blocks = point_reads_block(store)
 
     @property
     def clock(self) -> Clock:
@@ -116,7 +116,8 @@ class ApiKeys:
     def verify_blocks(self) -> bool:
         """Whether `verify` may wait on the store; async callers then run it in a thread.
 
-        It reads the store, so it may wait unless the store's reads never do (memory).
+        It reads one key by its id, so it may wait unless the store's reads by key never
+        wait long (`point_reads_block`: memory, SQLite).
         """
         return self._verify_blocks
 

@@ -8,6 +8,7 @@ usable (that is `handrail.api_keys`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from handrail.store._rows import aware, maybe_aware, utc
 from handrail.store._sql_part import SqlPart
 from handrail.store._tables import api_keys
 
-__all__ = ["SqlApiKeys"]
+__all__ = ["SqlApiKeys", "api_key_record"]
 
 _K = api_keys.c
 
@@ -49,7 +50,8 @@ def _row(record: ApiKeyRecord) -> dict[str, Any]:
     }
 
 
-def _record(row: sa.RowMapping) -> ApiKeyRecord:
+def api_key_record(row: sa.RowMapping | Mapping[str, Any]) -> ApiKeyRecord:
+    """The record of a row of `api_keys`, its times made aware (UTC)."""
     return ApiKeyRecord(
         key_id=row["key_id"],
         tenant_id=row["tenant_id"],
@@ -81,7 +83,7 @@ class SqlApiKeys(SqlPart):
 
         def read(c: sa.Connection) -> ApiKeyRecord | None:
             row = c.execute(_SELECT, {"k_id": key_id}).mappings().first()
-            return None if row is None else _record(row)
+            return None if row is None else api_key_record(row)
 
         return self._read("API key read", read, None)
 
@@ -103,7 +105,7 @@ class SqlApiKeys(SqlPart):
             query = query.where(_K.user_id == user_id)
         return self._read(
             "API keys read",
-            lambda c: [_record(r) for r in c.execute(query).mappings()],
+            lambda c: [api_key_record(r) for r in c.execute(query).mappings()],
             None,
         )
 

@@ -1,7 +1,8 @@
 """The Store protocol: what Handrail persists, independent of the database.
 
 Methods block; async callers run them in a worker thread, unless the store says its
-reads never wait (`reads_block`), as the memory store does. Every moving part is a
+reads never wait (`reads_block`), as the memory store does, or, for one record read by
+its key, that such reads never wait long (`point_reads_block`). Every moving part is a
 compare-and-set: a method that loses a race returns False (or None) and changes
 nothing, so callers re-read instead of overwriting. Uniqueness (plan ids, nonces,
 approvals, idempotency keys) is enforced by the database, never by check-then-insert.
@@ -27,7 +28,7 @@ from handrail.runs import RunRecord, RunState
 from handrail.sharing import GuardRecord, HandedSecret
 from handrail.tasking import TaskRecord, TaskState
 
-__all__ = ["Store", "reads_block"]
+__all__ = ["Store", "point_reads_block", "reads_block"]
 
 
 def reads_block(store: object) -> bool:
@@ -40,6 +41,18 @@ def reads_block(store: object) -> bool:
     back to True. Writes are not covered: they run in a worker thread as before.
     """
     return getattr(store, "reads_block", True) is not False
+
+
+def point_reads_block(store: object) -> bool:
+    """Whether reading one record by its key (an API key, say) may wait on `store`.
+
+    False when no read of it waits (`reads_block`), or when its class sets
+    `point_reads_block = False`: such a read then costs about its own work (a local
+    index lookup, never a wait for a lock, a pool or the network), less than a worker
+    thread's hop, so an async caller on the hot path may make it inline. Other reads,
+    which may scan, and writes still run in a worker thread.
+    """
+    return reads_block(store) and getattr(store, "point_reads_block", True) is not False
 
 
 class Store(Protocol):
