@@ -66,6 +66,13 @@ def _admin_connection() -> psycopg.Connection[Any]:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this session; skips without a server, fails on CI."""
+    with fresh_postgres_database() as url:
+        yield url
+
+
+@contextmanager
+def fresh_postgres_database() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped at the end; skips or fails as above."""
     name = f"handrail_test_{uuid.uuid4().hex[:8]}"
     try:
         with _admin_connection() as admin:
@@ -82,11 +89,13 @@ def postgres_url() -> Iterator[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason}; CI must start one before the tests")
         pytest.skip(reason)
-    yield f"postgresql://{POSTGRES_USER}@{POSTGRES_HOST}:{POSTGRES_PORT}/{name}"
-    with _admin_connection() as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-        )
+    try:
+        yield f"postgresql://{POSTGRES_USER}@{POSTGRES_HOST}:{POSTGRES_PORT}/{name}"
+    finally:
+        with _admin_connection() as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
+            )
 
 
 def empty_postgres_store(url: str) -> PostgresStore:

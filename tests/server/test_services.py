@@ -128,9 +128,10 @@ def test_a_registry_target_that_gives_no_registry_is_refused(target: str, says: 
 
 
 def test_an_object_with_a_registry_and_policy_gives_both() -> None:
-    registry, policy = load_application("examples.service.app:build")
-    assert registry.specs()
-    assert policy is not None
+    application = load_application("examples.service.app:build")
+    assert application.registry.specs()
+    assert application.policy is not None
+    assert application.secrets is None
 
 
 async def test_with_redis_the_limiter_is_shared_and_readyz_asks_redis(

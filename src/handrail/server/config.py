@@ -3,7 +3,12 @@
 `load_config(path)` reads `handrail.toml` (tables `[handrail]`, `[server]`, `[auth]`,
 `[console]`) into a frozen `ServerConfig`. Relative file paths are taken from the
 config file's folder, so a config means the same wherever `handrail serve` starts.
-Secrets are never in the file: the keyring comes from a key file or the environment.
+Secrets are never in the file: the keyring comes from a key file or the environment,
+and the tools' credentials from the app itself: `registry` names a Registry, or an
+object with `.registry` and optionally `.policy` and `.secrets` (the SecretProvider
+its tools read through `ctx.secrets`; every worker scrubs what any worker handed out).
+Several workers share one PostgreSQL `store` and, for rate limits, one `redis` with
+their `redis_prefix` (one per deployment).
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ class HandrailConfig(_Frozen):
     """`[handrail]`: what is served and where it is kept."""
 
     registry: str = Field(
-        description="module:attribute of a Registry, or of a callable returning one"
+        description=(
+            "module:attribute of a Registry, or of an object with `.registry` and optionally"
+            " `.policy` and `.secrets` (a SecretProvider), or of a callable returning either"
+        )
     )
     store: str = Field(
         default="sqlite:///.handrail/handrail.db",
@@ -50,6 +58,11 @@ class HandrailConfig(_Frozen):
     )
     redis: str | None = Field(
         default=None, description="redis:// URL for limits shared by every worker (optional)"
+    )
+    redis_prefix: str = Field(
+        default="handrail",
+        pattern=r"^[A-Za-z0-9._:-]{1,64}$",
+        description="starts every Redis key: one per deployment sharing a Redis",
     )
     migrate: bool = True
 

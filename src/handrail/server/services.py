@@ -34,11 +34,13 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from handrail.authz.policy import Policy
+    from handrail.credentials import SecretProvider
     from handrail.mcp.auth import Authenticator
     from handrail.server.operations import Operations
     from handrail.writes.confirmation import Keyring
 
 __all__ = [
+    "Application",
     "PeopleAuthority",
     "Probe",
     "Services",
@@ -64,6 +66,19 @@ class PeopleAuthority(Protocol):
     async def principal_for(self, request: Request) -> Principal | None:
         """The person of the request's session, or None when it proves nothing."""
         ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Application:
+    """What the config's registry factory gives: the tools, and what they may need.
+
+    `secrets` is where the tools' credentials come from (`ctx.secrets`); every worker
+    reads the same handles from its own provider, so each scrubs what any handed out.
+    """
+
+    registry: Registry
+    policy: Policy | None = None
+    secrets: SecretProvider | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,7 +124,7 @@ async def open_services(
     clock = SystemClock() if clock is None else clock
     if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
         raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
-    registry, policy = load_application(config.handrail.registry)
+    application = load_application(config.handrail.registry)
     keyring = keyring_from(config.handrail.keyring, os.environ if environ is None else environ)
     worker_id = config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}"
     async with AsyncExitStack() as stack:
@@ -120,15 +135,23 @@ async def open_services(
         # Guard counts, handed-out secret handles and run leases in the store, limits in
         # Redis when configured: every worker of the service sees the same state.
         shared = await stack.enter_async_context(
-            shared_state(store, redis_url=config.handrail.redis, clock=clock, worker_id=worker_id)
+            shared_state(
+                store,
+                redis_url=config.handrail.redis,
+                redis_prefix=config.handrail.redis_prefix,
+                clock=clock,
+                worker_id=worker_id,
+                secrets=application.secrets,
+            )
         )
         probes: dict[str, Probe] = {}
         if shared.limiter is not None:
             probes["redis"] = shared.limiter.reachable
         app = Handrail.open(
             store,
-            registry=registry,
-            policy=policy,
+            registry=application.registry,
+            policy=application.policy,
+            secrets=application.secrets,
             keyring=keyring,
             clock=clock,
             **shared.handrail_options(),
@@ -166,11 +189,12 @@ async def open_services(
         )
 
 
-def load_application(target: str) -> tuple[Registry, Policy | None]:
-    """The registry (and policy, if any) of `module:attribute`, imported like uvicorn does.
+def load_application(target: str) -> Application:
+    """The registry (and policy and secrets, if any) of `module:attribute`, imported like uvicorn.
 
-    The attribute is a Registry, an object with `.registry` (and optionally `.policy`),
-    or a callable returning either. The current directory is on the import path.
+    The attribute is a Registry, an object with `.registry` (and optionally `.policy`
+    and `.secrets`, a SecretProvider), or a callable returning either. The current
+    directory is on the import path.
     """
     module_name, colon, attribute = target.partition(":")
     if not colon or not module_name or not attribute:
@@ -191,8 +215,11 @@ def load_application(target: str) -> tuple[Registry, Policy | None]:
         raise ConfigurationError(
             f"registry {target} gave neither a Registry nor an object with one"
         )
-    policy: Policy | None = getattr(found, "policy", None)
-    return registry, policy
+    return Application(
+        registry=registry,
+        policy=getattr(found, "policy", None),
+        secrets=getattr(found, "secrets", None),
+    )
 
 
 def keyring_from(path: Path | None, environ: Mapping[str, str]) -> Keyring | None:

@@ -72,6 +72,9 @@ from handrail.store._tables import (
 __all__ = ["AsyncExecutions", "SqlStore", "execution_params", "execution_row"]
 
 
+_MIGRATION_LOCK = 0x68616E64_7261696C
+"""The advisory lock key migrations hold on PostgreSQL ("handrail" in ASCII)."""
+
 T = TypeVar("T")
 
 
@@ -138,12 +141,22 @@ class SqlStore(
         return None
 
     def migrate(self) -> None:
-        """Run Alembic migrations up to head on this store's database."""
+        """Run Alembic migrations up to head on this store's database.
+
+        On PostgreSQL the migration holds a transaction-level advisory lock, so several
+        servers starting at once on one database migrate one after another: the first
+        upgrades, the others then find the schema at head (instead of failing on the
+        first one's tables or version row).
+        """
         config = Config()
         location = resources.files("handrail.store") / "migrations"
         config.set_main_option("script_location", str(location))
         try:
             with self._engine.begin() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK}
+                    )
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except sa.exc.SQLAlchemyError as exc:
