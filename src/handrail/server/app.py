@@ -1,11 +1,11 @@
 """The service's ASGI app: the HTTP API, health, and the console, over one `Services`.
 
-`create_app(services)` wires the routers, the answers to refusals and the two
-middlewares every request passes (`BodyLimit`, then `IdempotencyKeys`); it opens
-nothing (`open_services` does). Every refusal is a problem body (`problems.problem`)
-with its stable code: AccessRefusedError and its kin keep their code, an
-authentication failure is 401 UNAUTHENTICATED, a StoreError 503 UNAVAILABLE. A
-failure nobody expected is a 500 whose body names nothing internal.
+`create_app(services)` wires the routers, the answers to refusals and the three
+middlewares every request passes (`HostAllowList` against DNS rebinding, `BodyLimit`,
+then `IdempotencyKeys`); it opens nothing (`open_services` does). Every refusal is
+a problem body (`problems.problem`) with its stable code: AccessRefusedError and its
+kin keep their code, an authentication failure is 401 UNAUTHENTICATED, a StoreError
+503 UNAVAILABLE. A failure nobody expected is a 500 whose body names nothing internal.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from handrail.errors import AccessRefusedError, ErrorCode, StoreError
 from handrail.server.api import audit, calls, executions, health, plans, raw, runs
 from handrail.server.console import routes as console
 from handrail.server.idempotency import IdempotencyKeys
-from handrail.server.limits import BodyLimit
+from handrail.server.limits import BodyLimit, HostAllowList, allowed_hosts
 from handrail.server.problems import ServiceCode, problem
 from handrail.server.services import Services
 
@@ -54,6 +54,7 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(
         BodyLimit, max_bytes=http.max_body_bytes, timeout_seconds=http.request_timeout_seconds
     )
+    app.add_middleware(HostAllowList, hosts=allowed_hosts(http.host, http.public_url))
     return app
 
 
