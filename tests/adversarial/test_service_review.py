@@ -208,3 +208,19 @@ async def test_a_login_flood_is_rate_limited_on_the_wire_and_changes_nothing(
     assert {t: r for t, r in after.items() if t != "console_people"} == {
         t: r for t, r in before.items() if t != "console_people"
     }
+
+
+# --- what the service's origin serves ----------------------------------------------------------
+
+
+async def test_no_page_of_the_service_runs_a_script_from_another_origin(console: Services) -> None:
+    async with running(console) as base, _client(base) as client:
+        docs = await client.get("/docs")
+        document = await client.get("/openapi.json")
+        login = await client.get("/login", headers=HTML)
+    assert docs.status_code == 404  # FastAPI's Swagger page loads its script from a CDN
+    assert "<script" not in docs.text
+    assert document.status_code == 200
+    assert "/v1/calls/{wire}" in document.json()["paths"]
+    assert "<script" not in login.text
+    assert "default-src 'none'" in login.headers["content-security-policy"]

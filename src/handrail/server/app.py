@@ -32,12 +32,14 @@ _log = logging.getLogger(__name__)
 
 
 def create_app(services: Services) -> FastAPI:
-    """The app serving `services`: API under /v1, health at /healthz and /readyz, console at /."""
+    """The app serving `services`: API under /v1 (OpenAPI: /openapi.json), health, console."""
     app = FastAPI(
         title="Handrail",
         summary="Validated, authorized, audited, exactly-once tool execution for LLM agents.",
         version="1",
-        docs_url="/docs",
+        # No Swagger page: FastAPI's loads its script from a CDN, which would then run
+        # on the console's origin (its pages, forms and CSRF tokens). The document stays.
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
     )
