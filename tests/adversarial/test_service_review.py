@@ -9,6 +9,7 @@ refusals hold on the wire as they do in process.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -224,3 +225,27 @@ async def test_no_page_of_the_service_runs_a_script_from_another_origin(console:
     assert "/v1/calls/{wire}" in document.json()["paths"]
     assert "<script" not in login.text
     assert "default-src 'none'" in login.headers["content-security-policy"]
+
+
+# --- Idempotency-Key replays ----------------------------------------------------------------
+
+
+async def test_a_narrower_credential_of_the_same_user_never_gets_a_stored_answer(
+    console: Services, tmp_path: Path
+) -> None:
+    broad = key_for(console, permissions=STAFF)
+    narrow = key_for(console, permissions=frozenset())  # alice too, allowed to read nothing
+    headers = {"Idempotency-Key": '"turn-1"'}
+    async with running(console) as base:
+        async with _client(base, Authorization=f"Bearer {broad}", **headers) as client:
+            first = await client.post("/v1/calls/anthropic", json=READ_TURN)
+        before = _state(tmp_path)
+        async with _client(base, Authorization=f"Bearer {narrow}", **headers) as client:
+            second = await client.post("/v1/calls/anthropic", json=READ_TURN)
+        await _still_up(base)
+    assert first.status_code == 200
+    assert "ORD-1001" in json.dumps(first.json()["envelopes"][0]["data"])
+    assert second.status_code == 422
+    assert second.json()["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert "ORD-1001" not in second.text
+    assert _state(tmp_path) == before
