@@ -103,7 +103,7 @@ def main() -> int:
             outcome = client.post(f"/v1/plans/{plan_id}/execute").json()
             refunded = outcome["envelope"]["data"]["refunded_cents"]
             print(f"alice executes {plan_id}: {outcome['status']}, refunded {refunded} cents")
-        print(f"console: {url}/ (API docs: {url}/docs)")
+        print(f"console: {url}/ (OpenAPI: {url}/openapi.json)")
         print(
             "to keep it running: handrail serve --config examples/service/handrail.toml, "
             "then log in at http://127.0.0.1:8000/login as a person from `handrail people add`"

@@ -80,7 +80,7 @@ async def test_a_declared_oversized_body_is_413_before_it_is_sent(
     token = key_for(services, permissions=READER)
     answer = await exchange(
         url,
-        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {100 * 1024 * 1024}\r\n\r\n".encode(),
     )
     assert answer.startswith(b"HTTP/1.1 413 ")
@@ -118,7 +118,7 @@ async def test_a_body_that_stops_arriving_is_408_and_the_connection_closes(
     token = key_for(services, permissions=READER)
     answer = await exchange(
         url,
-        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()
         + TURN[:10],
     )
@@ -130,7 +130,7 @@ async def test_a_body_that_stops_arriving_is_408_and_the_connection_closes(
 
 async def test_a_request_head_that_never_ends_is_cut_off(url: str, services: Services) -> None:
     reader, writer = await raw_connection(url)
-    writer.write(f"POST {PATH} HTTP/1.1\r\nHost: x\r\n".encode())
+    writer.write(f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())
     await writer.drain()
     assert await read_until_closed(reader) == b""
     writer.close()
@@ -139,7 +139,7 @@ async def test_a_request_head_that_never_ends_is_cut_off(url: str, services: Ser
 
 async def test_a_head_trickled_byte_by_byte_is_cut_off_too(url: str, services: Services) -> None:
     reader, writer = await raw_connection(url)
-    head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nX-Slow: {'a' * 10_000}".encode()
+    head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: {'a' * 10_000}".encode()
 
     async def trickle() -> None:
         for byte in head:
@@ -163,7 +163,7 @@ async def test_a_head_trickled_byte_by_byte_is_cut_off_too(url: str, services: S
 async def test_an_oversized_head_is_refused(url: str, services: Services) -> None:
     answer = await exchange(
         url,
-        f"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         f"X-Big: {'a' * 40_000}\r\n\r\n".encode(),
     )
     assert answer.startswith(b"HTTP/1.1 431 ")
@@ -188,7 +188,7 @@ async def test_malformed_header_lines_are_refused_and_run_nothing(
     token = key_for(services, permissions=READER)
     answer = await exchange(
         url,
-        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n".encode()
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n".encode()
         + header
         + f"\r\nContent-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()
         + TURN,
@@ -202,7 +202,7 @@ async def test_an_injected_header_in_a_value_is_never_echoed(url: str, services:
     token = key_for(services, permissions=READER)
     answer = await exchange(
         url,
-        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
         "Handrail-Conversation: c 1\r\nSet-Cookie: stolen=1\r\n"
         "Idempotency-Key: k\r\nLocation: https://evil.example\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(TURN)}\r\n\r\n".encode()

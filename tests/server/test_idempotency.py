@@ -21,9 +21,10 @@ from _service import asgi_client, key_for
 from starlette.types import Receive, Scope, Send
 
 from handrail.clock import FixedClock
-from handrail.idempotency_keys import IdempotencyRecord, IdempotencyState, request_fingerprint
+from handrail.idempotency_keys import IdempotencyRecord, IdempotencyState
+from handrail.principal import Principal
 from handrail.server import create_app
-from handrail.server.idempotency import IdempotencyKeys, parse_key
+from handrail.server.idempotency import IdempotencyKeys, bound_fingerprint, parse_key
 from handrail.server.services import Services
 
 pytestmark = pytest.mark.anyio
@@ -93,7 +94,13 @@ async def test_a_key_whose_first_request_still_runs_is_409_in_progress(
             tenant_id="acme",
             user_id="alice",
             key="k-4",
-            fingerprint=request_fingerprint("POST", PATH, "", body),
+            fingerprint=bound_fingerprint(
+                "POST",
+                PATH,
+                "",
+                body,
+                Principal(user_id="alice", tenant_id="acme", permissions=READER),
+            ),
             claim="someone-else",
             state=IdempotencyState.RUNNING,
             created_at=now,

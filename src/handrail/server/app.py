@@ -1,11 +1,11 @@
 """The service's ASGI app: the HTTP API, health, and the console, over one `Services`.
 
-`create_app(services)` wires the routers, the answers to refusals and the two
-middlewares every request passes (`BodyLimit`, then `IdempotencyKeys`); it opens
-nothing (`open_services` does). Every refusal is a problem body (`problems.problem`)
-with its stable code: AccessRefusedError and its kin keep their code, an
-authentication failure is 401 UNAUTHENTICATED, a StoreError 503 UNAVAILABLE. A
-failure nobody expected is a 500 whose body names nothing internal.
+`create_app(services)` wires the routers, the answers to refusals and the three
+middlewares every request passes (`HostAllowList` against DNS rebinding, `BodyLimit`,
+then `IdempotencyKeys`); it opens nothing (`open_services` does). Every refusal is
+a problem body (`problems.problem`) with its stable code: AccessRefusedError and its
+kin keep their code, an authentication failure is 401 UNAUTHENTICATED, a StoreError
+503 UNAVAILABLE. A failure nobody expected is a 500 whose body names nothing internal.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from handrail.errors import AccessRefusedError, ErrorCode, StoreError
 from handrail.server.api import audit, calls, executions, health, plans, raw, runs
 from handrail.server.console import routes as console
 from handrail.server.idempotency import IdempotencyKeys
-from handrail.server.limits import BodyLimit
+from handrail.server.limits import BodyLimit, HostAllowList, allowed_hosts
 from handrail.server.problems import ServiceCode, problem
 from handrail.server.services import Services
 
@@ -32,12 +32,14 @@ _log = logging.getLogger(__name__)
 
 
 def create_app(services: Services) -> FastAPI:
-    """The app serving `services`: API under /v1, health at /healthz and /readyz, console at /."""
+    """The app serving `services`: API under /v1 (OpenAPI: /openapi.json), health, console."""
     app = FastAPI(
         title="Handrail",
         summary="Validated, authorized, audited, exactly-once tool execution for LLM agents.",
         version="1",
-        docs_url="/docs",
+        # No Swagger page: FastAPI's loads its script from a CDN, which would then run
+        # on the console's origin (its pages, forms and CSRF tokens). The document stays.
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -54,6 +56,7 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(
         BodyLimit, max_bytes=http.max_body_bytes, timeout_seconds=http.request_timeout_seconds
     )
+    app.add_middleware(HostAllowList, hosts=allowed_hosts(http.host, http.public_url))
     return app
 
 

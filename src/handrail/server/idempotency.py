@@ -2,9 +2,11 @@
 
 `IdempotencyKeys` is an ASGI middleware inside `BodyLimit` (so the body is already
 read and bounded). A POST with the header is scoped to its bearer's tenant and user
-and fingerprinted (method, path, query, body). The first request with a key claims it
-in the store and runs; its answer (status, content type, body) is kept for the replay
-window, unless it was a server failure (5xx), which releases the key for a retry.
+and fingerprinted (method, path, query, body, and the bearer's permissions, roles and
+data scope: a narrower credential of the same user never gets a broader one's answer).
+The first request with a key claims it in the store and runs; its answer (status,
+content type, body) is kept for the replay window, unless it was a server failure
+(5xx), which releases the key for a retry.
 Then the same key with the same request gets the kept answer again (marked
 `Idempotent-Replayed: true`), with another request 422 IDEMPOTENCY_KEY_REUSED, and
 while the first still runs 409 IN_PROGRESS. A malformed key is 400
@@ -14,6 +16,8 @@ the route refuses it, and nothing is stored for a caller nobody knows.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
     from handrail.server.services import Services
     from handrail.store.base import Store
 
-__all__ = ["HEADER", "REPLAYED_HEADER", "IdempotencyKeys", "parse_key"]
+__all__ = ["HEADER", "REPLAYED_HEADER", "IdempotencyKeys", "bound_fingerprint", "parse_key"]
 
 HEADER = "idempotency-key"
 REPLAYED_HEADER = "idempotent-replayed"
@@ -117,9 +121,8 @@ class IdempotencyKeys:
         services = self._services
         http = services.config.server
         now = services.clock.now()
-        fingerprint = request_fingerprint(
-            scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"), body
-        )
+        query = scope.get("query_string", b"").decode("latin-1")
+        fingerprint = bound_fingerprint(scope["method"], scope["path"], query, body, principal)
         claim = IdempotencyRecord(
             tenant_id=principal.tenant_id,
             user_id=principal.user_id,
@@ -160,6 +163,21 @@ class IdempotencyKeys:
             )
             await anyio.to_thread.run_sync(store.finish_idempotency_key, done)
         await answer.replay(send)
+
+
+def bound_fingerprint(method: str, path: str, query: str, body: bytes, principal: Principal) -> str:
+    """The request's fingerprint, bound to what its credential may do.
+
+    Another credential of the same user with other permissions, roles or data scope
+    is another request (422), never handed the answer made for the first.
+    """
+    request = request_fingerprint(method, path, query, body)
+    authority = json.dumps(
+        [sorted(principal.permissions), sorted(principal.roles), dict(principal.data_scope)],
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(f"{request}\n{authority}".encode()).hexdigest()
 
 
 def _api(path: str) -> bool:

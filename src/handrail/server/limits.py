@@ -1,5 +1,9 @@
-"""What a request may cost the service before any route sees it: its body's size and time.
+"""What a request must be before any route sees it: for this site, its body bounded.
 
+`HostAllowList` answers only requests whose Host names this service (the public URL's
+host, or the bound host; every loopback name for a loopback one): a page of another
+site whose name was re-pointed at this address (DNS rebinding) is refused 421
+MISDIRECTED before anything runs, the console's login form included.
 `BodyLimit` is the outermost ASGI middleware of the app. Headers over 16 KiB are
 refused (431). A `Content-Length` over the
 limit is refused (413 PAYLOAD_TOO_LARGE) before a byte of the body is read; a body
@@ -11,19 +15,79 @@ Slow headers are the server's to bound (`handrail.server.serving`).
 
 from __future__ import annotations
 
+import ipaddress
 from http import HTTPStatus
+from urllib.parse import urlsplit
 
 import anyio
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from handrail.errors import ErrorCode
 from handrail.server.problems import ServiceCode, problem
 
-__all__ = ["MAX_HEAD_BYTES", "BodyLimit", "replaying"]
+__all__ = ["MAX_HEAD_BYTES", "BodyLimit", "HostAllowList", "allowed_hosts", "replaying"]
 
 MAX_HEAD_BYTES = 16_384
 """The most bytes of headers a request may carry (431 beyond). The server refuses a
 head it cannot parse within this much, `BodyLimit` one that came whole."""
+
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - names, not a bind
+
+
+def _loopback(name: str) -> bool:
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(host: str, public_url: str | None) -> frozenset[str] | None:
+    """The host names requests may carry: `public_url`'s, else `host` (None: any).
+
+    A loopback name allows every loopback name; a service bound to every address
+    without a public URL cannot know its names and allows any.
+    """
+    if public_url is not None:
+        name = (urlsplit(public_url).hostname or "").lower()
+    elif host.strip("[]") in _EVERY_ADDRESS:
+        return None
+    else:
+        name = host.strip("[]").lower()
+    return _LOOPBACK_NAMES | {name} if _loopback(name) else frozenset({name})
+
+
+def _host_name(value: str) -> str:
+    """The name of a Host header value (`name`, `name:port`, `[v6]:port`), lower case."""
+    if value.startswith("["):
+        return value[1 : value.find("]")].lower() if "]" in value else ""
+    return value.rpartition(":")[0].lower() if ":" in value else value.lower()
+
+
+class HostAllowList:
+    """Refuses (421 MISDIRECTED) a request whose Host header is not one of `hosts`."""
+
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None) -> None:
+        self._app = app
+        self._hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app for an allowed Host; answer 421 for any other (or none)."""
+        if self._hosts is not None and scope["type"] in {"http", "websocket"}:
+            name = _host_name(Headers(scope=scope).get("host", "").strip())
+            if name.rstrip(".") not in self._hosts:
+                answer = problem(
+                    ServiceCode.MISDIRECTED,
+                    "the Host header does not name this service",
+                    headers={"Connection": "close"},
+                )
+                await answer(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
 
 
 class _TooLargeError(Exception):

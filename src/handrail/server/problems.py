@@ -36,6 +36,8 @@ class ServiceCode:
     """The Idempotency-Key header is malformed."""
     UNAVAILABLE = "UNAVAILABLE"
     """The store or Redis cannot be reached."""
+    MISDIRECTED = "MISDIRECTED"
+    """The Host header names a site this service is not (DNS rebinding)."""
 
 
 STATUS_OF: Mapping[str, int] = {
@@ -67,6 +69,7 @@ STATUS_OF: Mapping[str, int] = {
     ServiceCode.IDEMPOTENCY_KEY_REUSED: HTTPStatus.UNPROCESSABLE_ENTITY,
     ServiceCode.IDEMPOTENCY_KEY_INVALID: HTTPStatus.BAD_REQUEST,
     ServiceCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+    ServiceCode.MISDIRECTED: HTTPStatus.MISDIRECTED_REQUEST,
 }
 
 
