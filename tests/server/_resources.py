@@ -23,12 +23,16 @@ from handrail.record.raw_results import RawResults
 from handrail.server.operations import (
     AUDIT_READ_PERMISSION,
     EXECUTIONS_OPERATE_PERMISSION,
+    PLANS_DECIDE_PERMISSION,
     RAW_READ_PERMISSION,
 )
 from handrail.server.services import Services
 from handrail.store import open_store
 
-STAFF = frozenset({"order.read", "order.refund", "customers.export", "customers.notify"})
+# Machine credentials that confirm over the API hold PLANS_DECIDE_PERMISSION on purpose.
+STAFF = frozenset(
+    {"order.read", "order.refund", "customers.export", "customers.notify", PLANS_DECIDE_PERMISSION}
+)
 APPROVER = STAFF | {"refund.approve"}
 OPERATOR = frozenset({AUDIT_READ_PERMISSION, EXECUTIONS_OPERATE_PERMISSION, RAW_READ_PERMISSION})
 

@@ -7,6 +7,7 @@ from _resources import APPROVER, LARGE_REFUND, REFUND, STAFF, propose
 from _service import asgi_client, key_for
 
 from handrail.server import create_app
+from handrail.server.operations import PLANS_DECIDE_PERMISSION
 from handrail.server.services import Services
 
 pytestmark = pytest.mark.anyio
@@ -80,6 +81,9 @@ async def test_bad_requests_are_refused_with_their_code(any_services: Services) 
         assert (await client.get("/v1/plans", params={"limit": 0})).status_code == 422
         extra = await client.post(f"/v1/plans/{plan_id}/confirm", json={"token": "t", "user": "x"})
         assert extra.json()["error"]["code"] == "INVALID_ARGUMENTS"
+    async with asgi_client(
+        create_app(any_services), key_for(any_services, permissions=STAFF)
+    ) as client:
         forged = await client.post(f"/v1/plans/{plan_id}/confirm", json={"token": "forged"})
         assert forged.status_code == 403
         assert forged.json()["error"]["code"] == "CONFIRMATION_INVALID"
@@ -87,3 +91,21 @@ async def test_bad_requests_are_refused_with_their_code(any_services: Services) 
         answer = await anonymous.get("/v1/plans")
         assert answer.status_code == 401
         assert answer.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+async def test_a_machine_credential_confirms_only_with_the_decide_permission(
+    any_services: Services,
+) -> None:
+    plan_id = await propose(any_services)
+    agent_host = key_for(any_services, permissions=STAFF - {PLANS_DECIDE_PERMISSION})
+    before = any_services.handrail.store.get_plan(plan_id)
+    async with asgi_client(create_app(any_services), agent_host) as client:
+        token = await client.post(f"/v1/plans/{plan_id}/token")
+        confirm = await client.post(f"/v1/plans/{plan_id}/confirm", json={"token": "t"})
+        # Reading its own plan needs no token and stays open to it.
+        assert (await client.get(f"/v1/plans/{plan_id}")).status_code == 200
+    for answer in (token, confirm):
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "PERMISSION_DENIED"
+        assert PLANS_DECIDE_PERMISSION in answer.json()["error"]["message"]
+    assert any_services.handrail.store.get_plan(plan_id) == before

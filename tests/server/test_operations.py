@@ -227,6 +227,10 @@ async def test_runs_are_listed_shown_and_replayed(any_services: Services) -> Non
     assert (await ops.get_run(OLIVER, run_id)).user_id == "alice"
     report = await ops.replay(ALICE, run_id)
     assert report.matched, report.differences
+    # An auditor may read alice's run, but its reads would run again as alice.
+    with pytest.raises(AccessRefusedError) as not_theirs:
+        await ops.replay(OLIVER, run_id)
+    assert not_theirs.value.code is ErrorCode.PERMISSION_DENIED
     for principal, wanted in ((GINA, run_id), (BOB, run_id), (ALICE, "no/such")):
         with pytest.raises(AccessRefusedError) as refused:
             await ops.get_run(principal, wanted)

@@ -31,6 +31,7 @@ from _stores import fresh_postgres_database
 from handrail import Keyring, Principal
 from handrail.mcp.keys import ApiKeys
 from handrail.server.console.directory import PeopleDirectory
+from handrail.server.operations import PLANS_DECIDE_PERMISSION
 from handrail.store import PostgresStore
 from handrail.writes.confirmation import KEYRING_ENV
 
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
 
 MAX_FAILED_LOGINS = 4
 READER = frozenset({"books.read"})
-TICKETS = frozenset({"books.read", "tickets.create"})
+TICKETS = frozenset({"books.read", "tickets.create", PLANS_DECIDE_PERMISSION})
 TICKET = {"asset_id": "asset-7", "reason": "CONNECT_TIMEOUT since 09:30"}
 
 

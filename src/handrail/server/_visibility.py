@@ -17,6 +17,7 @@ from handrail.spec import ConfirmationMode
 __all__ = [
     "AUDIT_READ_PERMISSION",
     "EXECUTIONS_OPERATE_PERMISSION",
+    "PLANS_DECIDE_PERMISSION",
     "check_key",
     "may_see_plan",
     "may_see_run",
@@ -27,6 +28,13 @@ AUDIT_READ_PERMISSION = "handrail.audit.read"
 """Search the tenant's audit trail and read every run of the tenant (not only one's own)."""
 EXECUTIONS_OPERATE_PERMISSION = "handrail.executions.operate"
 """List the tenant's executions, reconcile an UNKNOWN one, resolve one by hand."""
+PLANS_DECIDE_PERMISSION = "handrail.plans.decide"
+"""Over the API, take and use confirmation tokens (confirm or approve a plan).
+
+A machine credential deciding for a person must be given this on purpose: an agent
+host holding a user's API key must not confirm that user's plans by itself. People
+deciding in the console need no such permission; they are the person.
+"""
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _KEY = re.compile(r"[A-Za-z0-9_:.-]{1,128}")

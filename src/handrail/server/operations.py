@@ -33,6 +33,7 @@ from handrail.server._cursors import decode_cursor, encode_cursor
 from handrail.server._visibility import (
     AUDIT_READ_PERMISSION,
     EXECUTIONS_OPERATE_PERMISSION,
+    PLANS_DECIDE_PERMISSION,
     check_key,
     may_see_plan,
     may_see_run,
@@ -54,6 +55,7 @@ __all__ = [
     "AUDIT_READ_PERMISSION",
     "EXECUTIONS_OPERATE_PERMISSION",
     "MAX_LIMIT",
+    "PLANS_DECIDE_PERMISSION",
     "RAW_READ_PERMISSION",
     "AuditPage",
     "AuditSearch",
@@ -378,6 +380,8 @@ class Operations:
         under the recorded budget and a frozen clock, as the run's own principal; reads
         run again through the application's gate (its policy, audited), writes never run
         again. Nothing is stored. A run whose document cannot be read is a CONFLICT.
+        Only the run's own user replays it: its reads run again as that user, so an
+        auditor who may read the run may not make them (PERMISSION_DENIED).
         """
         from handrail.clock import FixedClock  # noqa: PLC0415 - the loop loads when asked for
         from handrail.errors import ConfigurationError  # noqa: PLC0415
@@ -386,6 +390,8 @@ class Operations:
         from handrail.loop.models import ScriptedModelClient  # noqa: PLC0415
 
         record = await self.get_run(principal, run_id)
+        if record.user_id != principal.user_id:
+            raise _refuse(ErrorCode.PERMISSION_DENIED, "Only the run's own user may replay it.")
         try:
             data = read_run(record)
         except ConfigurationError:

@@ -1,7 +1,9 @@
 """The HTTP API's plans: read, issue a token, confirm, reject, revise, execute.
 
 Approving an APPROVE plan is a token plus a confirm by each approver (the payments
-refund needs two distinct ones); the requester then executes. A plan the caller may
+refund needs two distinct ones); the requester then executes. Taking and using a
+token over the API needs `handrail.plans.decide` besides the right to decide: a
+machine credential confirms for a person only when given that on purpose. A plan the caller may
 not see (another tenant's, or one they neither asked for nor may decide) is 404, the
 same body as a missing one. Every refusal keeps its code (`problems.problem`).
 """
@@ -13,7 +15,10 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from handrail.errors import ErrorCode, WriteRefusedError
 from handrail.plans import PlanState
+from handrail.principal import Principal
+from handrail.server._visibility import PLANS_DECIDE_PERMISSION
 from handrail.server.api._deps import Limit, Ops
 from handrail.server.api._views import envelope_view, outcome_view, plan_view, token_view
 from handrail.server.auth import ApiPrincipal
@@ -58,16 +63,34 @@ async def get_plan(principal: ApiPrincipal, ops: Ops, plan_id: str) -> dict[str,
     return plan_view(await ops.get_plan(principal, plan_id))
 
 
-@router.post("/{plan_id}/token", summary="A one-time confirmation token issued to the caller")
+@router.post(
+    "/{plan_id}/token",
+    summary="A one-time confirmation token issued to the caller (needs handrail.plans.decide)",
+)
 async def issue_token(principal: ApiPrincipal, ops: Ops, plan_id: str) -> dict[str, Any]:
+    _may_decide(principal)
     return token_view(await ops.issue_token(principal, plan_id))
 
 
-@router.post("/{plan_id}/confirm", summary="Confirm (or approve) with the caller's token")
+@router.post(
+    "/{plan_id}/confirm",
+    summary="Confirm (or approve) with the caller's token (needs handrail.plans.decide)",
+)
 async def confirm(
     principal: ApiPrincipal, ops: Ops, plan_id: str, body: ConfirmBody
 ) -> dict[str, Any]:
+    _may_decide(principal)
     return plan_view(await ops.confirm(principal, plan_id, body.token))
+
+
+def _may_decide(principal: Principal) -> None:
+    """A machine credential confirms only when given PLANS_DECIDE_PERMISSION on purpose."""
+    if PLANS_DECIDE_PERMISSION not in principal.permissions:
+        raise WriteRefusedError(
+            ErrorCode.PERMISSION_DENIED,
+            f"confirming over the API needs the {PLANS_DECIDE_PERMISSION} permission; "
+            "people confirm in the console",
+        )
 
 
 @router.post("/{plan_id}/reject", summary="Reject a plan that has not run")
