@@ -457,6 +457,11 @@ class RateLimiter:
                 return _retry_after(stats_now.reset_time, time.time(), bucket.item.get_expiry())
         return None
 
+    @property
+    def storage(self) -> Storage:
+        """Where the counts live (Redis for several instances): other limits may count there."""
+        return self._storage
+
     async def reachable(self) -> bool:
         """Whether the storage answers now (a Redis PING); False rather than an error."""
         return bool(await self._storage.check())

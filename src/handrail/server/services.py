@@ -172,6 +172,8 @@ async def open_services(
                 clock=clock,
                 config=config.console,
                 secure_cookies=config.secure_cookies(),
+                # Logins per client counted where every worker counts (Redis), if set.
+                rate_storage=None if shared.limiter is None else shared.limiter.storage,
             )
         housekeeping = Housekeeping(store, clock=clock)
         await housekeeping.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio.to_thread
 from limits import parse as parse_rate
-from limits.aio.storage import MemoryStorage
+from limits.aio.storage import MemoryStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
+from limits.errors import StorageError
 
 from handrail.errors import ErrorCode
 from handrail.events import AuditSubject
@@ -79,13 +81,18 @@ class LoginResult:
     retry_after: int | None = None
 
 
+_log = logging.getLogger(__name__)
+
+
 class ConsolePeople:
     """The `PeopleAuthority` of the console: people in the store, sessions in the store.
 
     `secure_cookies` marks the cookies Secure (and names them `__Host-...`, which
     browsers bind to this exact origin); `random_bytes` draws tokens; `passwords`
     hashes and checks passwords (tests pass a cheap argon2 hasher). The login rate
-    limit counts in this process (one per worker).
+    limit counts in `rate_storage` (a `limits` storage: the service passes its Redis
+    one, so every worker counts together), else in this process; a storage that fails
+    refuses logins (UNAVAILABLE) rather than let them through uncounted.
     """
 
     def __init__(
@@ -97,6 +104,7 @@ class ConsolePeople:
         secure_cookies: bool,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
         passwords: Passwords | None = None,
+        rate_storage: Storage | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -107,7 +115,7 @@ class ConsolePeople:
         self._auditor = Auditor(StoreAudit(store), clock)
         self._reads_block = reads_block(store)
         self._rate = parse_rate(config.login_rate)
-        self._window = MovingWindowRateLimiter(MemoryStorage())
+        self._window = MovingWindowRateLimiter(rate_storage or MemoryStorage())
         prefix = "__Host-" if secure_cookies else ""
         self.session_cookie = f"{prefix}handrail_session"
         self.login_cookie = f"{prefix}handrail_login"
@@ -202,9 +210,13 @@ class ConsolePeople:
 
     async def _limited(self, client: str) -> LoginResult | None:
         """RATE_LIMITED with its wait when this client has tried too often, else None."""
-        if await self._window.hit(self._rate, "console-login", client):
-            return None
-        stats = await self._window.get_window_stats(self._rate, "console-login", client)
+        try:
+            if await self._window.hit(self._rate, "console-login", client):
+                return None
+            stats = await self._window.get_window_stats(self._rate, "console-login", client)
+        except StorageError:
+            _log.warning("the login rate-limit storage failed; refusing the login")
+            return LoginResult(code=ServiceCode.UNAVAILABLE)
         # `limits` keeps its windows on time.time(), not on the injected clock.
         wait = max(1, int(stats.reset_time - time.time()) + 1)
         return LoginResult(code=ErrorCode.RATE_LIMITED, retry_after=wait)
