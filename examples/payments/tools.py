@@ -14,12 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from examples.payments.data import PaymentsDb, Region, Segment
 from handrail import (
+    Amount,
     ConfirmationMode,
     ConfirmationPolicy,
     Conflict,
     FromPrincipal,
     IdempotencyMode,
     IdempotencyPolicy,
+    Impact,
     NotFound,
     RiskLevel,
     SideEffect,
@@ -59,6 +61,38 @@ class CustomerFilter(BaseModel):
 def build_tools(db: PaymentsDb) -> tuple[Tool, ...]:
     """The payments tools, bound to one database."""
 
+    def refund_target(arguments: Any, ctx: ToolContext) -> dict[str, Any] | None:  # noqa: ANN401
+        scoped = db.scoped(tenant_id=ctx.principal.tenant_id, data_scope=ctx.principal.data_scope)
+        return scoped.order(arguments.order_id)
+
+    def refunded_so_far(arguments: Any, ctx: ToolContext) -> str | None:  # noqa: ANN401
+        """The order's version: what was refunded before. If it moves, the plan cannot run."""
+        order = refund_target(arguments, ctx)
+        return None if order is None else f"refunded:{order['refunded_cents']}"
+
+    def refund_impact(arguments: Any, ctx: ToolContext) -> Impact:  # noqa: ANN401
+        """Money back to the customer's card: the amount, in the order's currency."""
+        order = refund_target(arguments, ctx)
+        currency = "EUR" if order is None else str(order["currency"])
+        return Impact(
+            action="refund to the customer's card",
+            target=f"order {arguments.order_id}",
+            reversible=False,
+            amounts=(Amount(arguments.amount_cents, currency),),
+            counts={"refunds": 1},
+            notes=(f"reason: {arguments.reason}",) if arguments.reason else (),
+        )
+
+    def notify_impact(arguments: Any, ctx: ToolContext) -> Impact:  # noqa: ANN401, ARG001
+        """A message cannot be taken back once sent."""
+        return Impact(
+            action="send a message to customers",
+            target=f"{len(arguments.recipients)} customer(s) of this account",
+            reversible=False,
+            counts={"recipients": len(arguments.recipients)},
+            notes=(f"message: {arguments.message}",),
+        )
+
     @tool(risk=RiskLevel.L1_INTERNAL_READ, namespace="payments", permissions={"order.read"})
     def get_order(order_id: OrderId, tenant_id: TenantId, ctx: ToolContext) -> dict[str, Any]:
         """One order: amount and refunds in cents, status, owner."""
@@ -87,6 +121,8 @@ def build_tools(db: PaymentsDb) -> tuple[Tool, ...]:
             approver_permission="refund.approve",
             distinct_approvers=2,
         ),
+        resolve_version=refunded_so_far,
+        impact=refund_impact,
     )
     def refund_order(
         order_id: OrderId,
@@ -124,6 +160,7 @@ def build_tools(db: PaymentsDb) -> tuple[Tool, ...]:
         permissions={"customers.notify"},
         idempotency=IdempotencyPolicy(mode=IdempotencyMode.PLAN),
         confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
+        impact=notify_impact,
     )
     def notify_customers(
         recipients: Annotated[list[CustomerId], Field(min_length=1, max_length=1_000)],
