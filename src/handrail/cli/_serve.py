@@ -97,7 +97,7 @@ async def _serve(config: ServerConfig, sock: socket.socket) -> None:
 
 def _announce(config: ServerConfig) -> None:
     url = config.server.url()
-    lines = [f"handrail: serving the API on {url}/v1 (OpenAPI at {url}/docs)"]
+    lines = [f"handrail: serving the API on {url}/v1 (OpenAPI at {url}/openapi.json)"]
     if config.console.enabled:
         lines.append(f"handrail: console on {url}/")
     if not is_loopback(config.server.host) and not url.startswith("https://"):
