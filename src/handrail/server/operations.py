@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.errors import AccessRefusedError, ErrorCode, WriteRefusedError
@@ -88,6 +88,13 @@ class AuditSearch:
     until: datetime | None = None
     cursor: str | None = None
     limit: int = 50
+
+    def __post_init__(self) -> None:
+        # Every stored time is UTC: a bound without an offset (from either face) is too.
+        for name in ("since", "until"):
+            at: datetime | None = getattr(self, name)
+            if at is not None and at.tzinfo is None:
+                object.__setattr__(self, name, at.replace(tzinfo=UTC))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
