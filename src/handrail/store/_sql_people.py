@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from handrail.people import PersonRecord, SessionRecord
 from handrail.store._rows import aware, maybe_aware, utc
 from handrail.store._sql_part import SqlPart
+from handrail.store._statements import _ignoring_conflict
 from handrail.store._tables import metadata
 
 __all__ = ["SqlPeople", "console_people", "console_sessions"]
@@ -123,11 +123,6 @@ def _session(row: sa.RowMapping) -> SessionRecord:
     )
 
 
-def _insert(dialect: str, table: sa.Table) -> Any:  # noqa: ANN401 - a dialect's insert
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing().execution_options(preserve_rowcount=True)
-
-
 _SELECT_PERSON = sa.select(console_people).where(_P.login == sa.bindparam("k_login"))
 _SELECT_SESSION = sa.select(console_sessions).where(
     _S.session_hash == sa.bindparam("k_hash"),
@@ -172,7 +167,7 @@ class SqlPeople(SqlPart):
     def insert_person(self, record: PersonRecord) -> bool:
         """INSERT ... ON CONFLICT DO NOTHING (the login and the tenant's user are unique)."""
         row = _person_row(record)
-        statement = _insert(self._engine.dialect.name, console_people)
+        statement = _ignoring_conflict(self._engine.dialect.name, console_people)
         return self._write(
             "person insert",
             lambda c: c.execute(statement, row).rowcount == 1,
@@ -234,7 +229,7 @@ class SqlPeople(SqlPart):
     def insert_session(self, record: SessionRecord) -> bool:
         """INSERT ... ON CONFLICT DO NOTHING."""
         row = _session_row(record)
-        statement = _insert(self._engine.dialect.name, console_sessions)
+        statement = _ignoring_conflict(self._engine.dialect.name, console_sessions)
         return self._write(
             "session insert",
             lambda c: c.execute(statement, row).rowcount == 1,

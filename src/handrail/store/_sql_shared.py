@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from handrail.errors import StoreError
 from handrail.runs import RunState, check_lease_owner
 from handrail.sharing import MAX_GUARD_TARGETS, GuardRecord, HandedSecret
 from handrail.store._rows import aware, utc
 from handrail.store._sql_part import SqlPart
+from handrail.store._statements import _dialect_insert, _ignoring_conflict
 from handrail.store._tables import metadata, runs
 
 __all__ = ["SqlShared", "guard_conversations", "guard_targets", "secret_handles"]
@@ -61,14 +61,6 @@ _T = guard_targets.c
 _H = secret_handles.c
 _R = runs.c
 _RUNNING = RunState.RUNNING.value
-
-
-def _insert(dialect: str, table: sa.Table) -> Any:  # noqa: ANN401 - a dialect's insert
-    if dialect == "postgresql":
-        return postgresql.insert(table)
-    if dialect == "sqlite":
-        return sqlite.insert(table)
-    raise StoreError(f"no upsert for dialect {dialect!r}")  # pragma: no cover
 
 
 def _targets(c: sa.Connection, tenant_id: str, conversation: str) -> dict[str, frozenset[str]]:
@@ -116,7 +108,7 @@ class SqlShared(SqlPart):
         The upsert locks the conversation's row until the commit, so concurrent denials
         of one conversation also add their targets one after the other.
         """
-        insert = _insert(self._engine.dialect.name, guard_conversations).values(
+        insert = _dialect_insert(self._engine.dialect.name)(guard_conversations).values(
             tenant_id=tenant_id, conversation=conversation, denials=1, updated_at=utc(at)
         )
         upsert = insert.on_conflict_do_update(
@@ -141,11 +133,7 @@ class SqlShared(SqlPart):
                         "target": target,
                         "tool": tool,
                     }
-                    c.execute(
-                        _insert(self._engine.dialect.name, guard_targets)
-                        .values(row)
-                        .on_conflict_do_nothing()
-                    )
+                    c.execute(_ignoring_conflict(self._engine.dialect.name, guard_targets), row)
             return GuardRecord(denials=denials, targets=_targets(c, tenant_id, conversation))
 
         return self._immediately("guard denial", work)
@@ -172,11 +160,8 @@ class SqlShared(SqlPart):
 
     def note_secret_handle(self, tenant_id: str, handle: str, *, at: datetime) -> bool:
         """Insert unless noted before (ON CONFLICT DO NOTHING); True for the first note."""
-        insert = (
-            _insert(self._engine.dialect.name, secret_handles)
-            .values(tenant_id=tenant_id, handle=handle, first_at=utc(at))
-            .on_conflict_do_nothing()
-            .execution_options(preserve_rowcount=True)
+        insert = _ignoring_conflict(self._engine.dialect.name, secret_handles).values(
+            tenant_id=tenant_id, handle=handle, first_at=utc(at)
         )
         return self._write(
             "secret handle note", lambda c: c.execute(insert).rowcount == 1, None, single=True
