@@ -115,26 +115,19 @@ class SqlShared(SqlPart):
             index_elements=[_C.tenant_id, _C.conversation],
             set_={"denials": _C.denials + 1, "updated_at": insert.excluded.updated_at},
         ).returning(_C.denials)
-        where = (_T.tenant_id == tenant_id, _T.conversation == conversation)
 
         def work(c: sa.Connection) -> GuardRecord:
             denials = int(c.execute(upsert).scalar_one())
-            if target is not None:
-                kept = c.execute(
-                    sa.select(sa.func.count(sa.distinct(_T.target))).where(*where)
-                ).scalar_one()
-                known = c.execute(
-                    sa.select(sa.literal(1)).where(*where, _T.target == target).limit(1)
-                ).first()
-                if known is not None or kept < MAX_GUARD_TARGETS:
-                    row = {
-                        "tenant_id": tenant_id,
-                        "conversation": conversation,
-                        "target": target,
-                        "tool": tool,
-                    }
-                    c.execute(_ignoring_conflict(self._engine.dialect.name, guard_targets), row)
-            return GuardRecord(denials=denials, targets=_targets(c, tenant_id, conversation))
+            targets = _targets(c, tenant_id, conversation)
+            if target is not None and (target in targets or len(targets) < MAX_GUARD_TARGETS):
+                insert_target = _ignoring_conflict(self._engine.dialect.name, guard_targets)
+                c.execute(
+                    insert_target.values(
+                        tenant_id=tenant_id, conversation=conversation, target=target, tool=tool
+                    )
+                )
+                targets[target] = targets.get(target, frozenset()) | {tool}
+            return GuardRecord(denials=denials, targets=targets)
 
         return self._immediately("guard denial", work)
 
