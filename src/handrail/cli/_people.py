@@ -11,6 +11,7 @@ missing one. Every change is audited; disabling and new passwords end sessions a
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -168,7 +169,18 @@ def list_people(
     console.print(table)
 
 
-def _changed(done: bool, login: str, tenant: str, what: str) -> None:
+def _change(
+    store: str, login: str, tenant: str, what: str, change: Callable[[PeopleDirectory], bool]
+) -> None:
+    """`change` one person in an existing store; an error if there is no such person."""
+    opened = open_existing_store(store)
+    try:
+        try:
+            done = change(_directory(opened))
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    finally:
+        opened.close()
     if not done:
         raise CliError(f"no person {login!r} in tenant {tenant!r} to {what}")
     typer.echo(f"{what}: {shown(login)}")
@@ -180,12 +192,7 @@ def disable_person(
     login: Login, *, store: StoreOption, tenant: PeopleTenant, by: ActorOption = None
 ) -> None:
     """Disable a person: their sessions end at once and they cannot log in."""
-    opened = open_existing_store(store)
-    try:
-        done = _directory(opened).disable(login, tenant_id=tenant, actor=by)
-    finally:
-        opened.close()
-    _changed(done, login, tenant, "disable")
+    _change(store, login, tenant, "disable", lambda d: d.disable(login, tenant_id=tenant, actor=by))
 
 
 @people_app.command("enable", cls=HelpCommand)
@@ -194,12 +201,7 @@ def enable_person(
     login: Login, *, store: StoreOption, tenant: PeopleTenant, by: ActorOption = None
 ) -> None:
     """Enable a disabled person again."""
-    opened = open_existing_store(store)
-    try:
-        done = _directory(opened).enable(login, tenant_id=tenant, actor=by)
-    finally:
-        opened.close()
-    _changed(done, login, tenant, "enable")
+    _change(store, login, tenant, "enable", lambda d: d.enable(login, tenant_id=tenant, actor=by))
 
 
 @people_app.command("unlock", cls=HelpCommand)
@@ -208,12 +210,7 @@ def unlock_person(
     login: Login, *, store: StoreOption, tenant: PeopleTenant, by: ActorOption = None
 ) -> None:
     """Lift a lock-out after failed logins, and clear the count."""
-    opened = open_existing_store(store)
-    try:
-        done = _directory(opened).unlock(login, tenant_id=tenant, actor=by)
-    finally:
-        opened.close()
-    _changed(done, login, tenant, "unlock")
+    _change(store, login, tenant, "unlock", lambda d: d.unlock(login, tenant_id=tenant, actor=by))
 
 
 @people_app.command("password", cls=HelpCommand)
@@ -228,14 +225,10 @@ def set_password(
 ) -> None:
     """Set a person's password; their sessions end at once and any lock is lifted."""
     password = _password(password_stdin)
-    opened = open_existing_store(store)
-    try:
-        try:
-            done = _directory(opened).set_password(
-                login, tenant_id=tenant, password=password, actor=by
-            )
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
-    finally:
-        opened.close()
-    _changed(done, login, tenant, "password")
+    _change(
+        store,
+        login,
+        tenant,
+        "password",
+        lambda d: d.set_password(login, tenant_id=tenant, password=password, actor=by),
+    )
