@@ -217,3 +217,26 @@ async def test_a_server_failure_keeps_nothing_so_a_retry_runs_again(
         for _ in range(2):
             await client.post("/v1/x", content=b"body", headers=headers)
     assert inner.runs == [b"body", b"body"]  # type: ignore[attr-defined]
+
+
+class _CountingBearer:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def authenticate(self, token: str) -> Principal | None:
+        self.calls += 1
+        found: Principal | None = await self.inner.authenticate(token)
+        return found
+
+
+async def test_a_keyed_request_looks_its_bearer_up_once(services: Services) -> None:
+    counting = _CountingBearer(services.bearer)
+    counted = dataclasses.replace(services, bearer=counting)
+    token = key_for(services, permissions=READER)
+    async with asgi_client(create_app(counted), token) as client:
+        keyed_answer = await client.post(PATH, json=READ_TURN, headers=keyed('"once"'))
+        assert counting.calls == 1
+        plain = await client.post(PATH, json=READ_TURN)
+        assert counting.calls == 2
+    assert keyed_answer.status_code == plain.status_code == 200

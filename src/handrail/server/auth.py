@@ -10,6 +10,7 @@ body, the query or a header other than the credential.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -19,15 +20,20 @@ from handrail.server.problems import ServiceCode
 from handrail.server.services import Services
 
 __all__ = [
+    "AUTHENTICATED",
     "ApiPrincipal",
     "NotAuthenticatedError",
     "Person",
     "api_principal",
+    "bearer_token",
     "person",
     "services_of",
 ]
 
 _MAX_TOKEN = 16_384
+
+AUTHENTICATED = "handrail.principal"
+"""The key, in an ASGI scope's state, of the principal its bearer token proved."""
 
 
 class NotAuthenticatedError(HTTPException):
@@ -47,8 +53,9 @@ def services_of(request: Request) -> Services:
     return services
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer` header, or None (absent, other scheme, too long)."""
+    header = headers.get("authorization")
     if header is None:
         return None
     scheme, _, token = header.partition(" ")
@@ -59,8 +66,15 @@ def _bearer(request: Request) -> str | None:
 
 
 async def api_principal(request: Request) -> Principal:
-    """The principal of the request's bearer token; 401 UNAUTHENTICATED otherwise."""
-    token = _bearer(request)
+    """The principal of the request's bearer token; 401 UNAUTHENTICATED otherwise.
+
+    A request the Idempotency-Key middleware authenticated already (`AUTHENTICATED`
+    in its scope's state, from this same token) is not looked up a second time.
+    """
+    found = request.scope.get("state", {}).get(AUTHENTICATED)
+    if isinstance(found, Principal):
+        return found
+    token = bearer_token(request.headers)
     if token is None:
         raise NotAuthenticatedError
     found = await services_of(request).bearer.authenticate(token)

@@ -34,6 +34,7 @@ from handrail.idempotency_keys import (
     IdempotencyState,
     request_fingerprint,
 )
+from handrail.server.auth import AUTHENTICATED, bearer_token
 from handrail.server.limits import replaying
 from handrail.server.problems import ServiceCode, problem
 
@@ -47,7 +48,6 @@ __all__ = ["HEADER", "REPLAYED_HEADER", "IdempotencyKeys", "bound_fingerprint", 
 HEADER = "idempotency-key"
 REPLAYED_HEADER = "idempotent-replayed"
 _KEY = re.compile(rf'"?([\x21\x23-\x5b\x5d-\x7e]{{1,{MAX_KEY_CHARS}}})"?')
-_MAX_TOKEN = 16_384
 _SERVER_ERROR = 500
 _LEASE_FACTOR = 2  # a RUNNING claim outlives the request timeout by this much
 
@@ -89,7 +89,7 @@ class IdempotencyKeys:
             )
             await refusal(scope, receive, send)
             return
-        principal = await self._principal(headers)
+        principal = await self._principal(scope, headers)
         if principal is None:
             await self._app(scope, receive, send)
             return
@@ -101,12 +101,13 @@ class IdempotencyKeys:
             refusal = problem(ServiceCode.UNAVAILABLE, "the store cannot be reached; try again")
             await refusal(scope, receive, send)
 
-    async def _principal(self, headers: Headers) -> Principal | None:
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token or len(token) > _MAX_TOKEN:
-            return None
-        return await self._services.bearer.authenticate(token)
+    async def _principal(self, scope: Scope, headers: Headers) -> Principal | None:
+        """The bearer's principal, kept in the scope's state for the route (one lookup)."""
+        token = bearer_token(headers)
+        found = None if token is None else await self._services.bearer.authenticate(token)
+        if found is not None:
+            scope.setdefault("state", {})[AUTHENTICATED] = found
+        return found
 
     async def _under_key(
         self,
