@@ -65,15 +65,27 @@ def _page_size(text: str | None) -> int:
 @router.get("/executions")
 async def executions(request: Request, status: str | None = None) -> Response:
     """The tenant's execution records (operators), newest first."""
+    return await _executions_page(request, _enum_value(status, ExecutionStatus), limit=100)
+
+
+@router.get("/executions/unknown")
+async def unknown(request: Request) -> Response:
+    """The UNKNOWN queue: writes whose outcome nobody knows yet, with what is known."""
+    return await _executions_page(request, ExecutionStatus.UNKNOWN.value, limit=200, queue=True)
+
+
+async def _executions_page(
+    request: Request, wanted: str | None, *, limit: int, queue: bool = False
+) -> Response:
+    """The execution records of status `wanted` (None: all) as the person may see them."""
     session = await viewer(request)
     if session is None:
         return to_login(request)
-    wanted = _enum_value(status, ExecutionStatus)
     try:
         found = await services_of(request).operations.list_executions(
             session.principal,
             status=None if wanted is None else ExecutionStatus(wanted),
-            limit=100,
+            limit=limit,
         )
     except AccessRefusedError as refused:
         return refusal(request, refused.code, refused.message, session=session)
@@ -83,29 +95,7 @@ async def executions(request: Request, status: str | None = None) -> Response:
         records=found,
         wanted=wanted or "",
         statuses=[s.value for s in ExecutionStatus],
-        queue=False,
-    )
-
-
-@router.get("/executions/unknown")
-async def unknown(request: Request) -> Response:
-    """The UNKNOWN queue: writes whose outcome nobody knows yet, with what is known."""
-    session = await viewer(request)
-    if session is None:
-        return to_login(request)
-    try:
-        found = await services_of(request).operations.list_executions(
-            session.principal, status=ExecutionStatus.UNKNOWN, limit=200
-        )
-    except AccessRefusedError as refused:
-        return refusal(request, refused.code, refused.message, session=session)
-    return page(
-        "executions.html",
-        session=session,
-        records=found,
-        wanted="UNKNOWN",
-        statuses=[s.value for s in ExecutionStatus],
-        queue=True,
+        queue=queue,
     )
 
 
