@@ -95,7 +95,6 @@ async def plan(request: Request, plan_id: str, done: str | None = None) -> Respo
         record = await services.operations.get_plan(session.principal, plan_id)
     except AccessRefusedError as refused:
         return refusal(request, refused.code, refused.message, session=session)
-    execution = None
     key = plan_key(tenant_id=record.plan.tenant_id, tool=record.plan.tool, plan_id=plan_id)
     try:
         execution = await services.operations.get_execution(session.principal, key)
