@@ -11,7 +11,6 @@ until interrupted. Nothing here imports the SDK until a command runs.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from handrail.addresses import is_loopback
 from handrail.cli._common import CliError
 from handrail.errors import ConfigurationError
 
@@ -42,7 +42,6 @@ __all__ = [
     "authenticator_for",
     "bound_socket",
     "http_settings",
-    "is_loopback",
     "parse_address",
     "serve_over_http",
 ]
@@ -194,14 +193,6 @@ def authenticator_for(settings: HttpSettings, app: Handrail, resource_url: str) 
 def _url_or_none(issuer: str | None) -> str | None:
     # Announced as the authorization server only when the issuer is a URL.
     return issuer if issuer and issuer.startswith(("https://", "http://")) else None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is localhost or a loopback address."""
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bound_socket(host: str, port: int) -> socket.socket:

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from handrail.addresses import is_loopback
 from handrail.cli._common import one_line_errors
-from handrail.cli._mcp_http import bound_socket, is_loopback
+from handrail.cli._mcp_http import bound_socket
 
 if TYPE_CHECKING:
     import socket

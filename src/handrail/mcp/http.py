@@ -11,7 +11,6 @@ checked before the token is even read (DNS-rebinding protection: 421 for a Host 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -23,6 +22,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 
+from handrail.addresses import is_loopback
 from handrail.errors import ConfigurationError
 from handrail.mcp._guards import SESSIONS_PER_PRINCIPAL, cap_sessions_per_principal
 from handrail.mcp.auth import Authenticator, AuthenticatorVerifier, UnavailableAs503
@@ -112,22 +112,13 @@ def http_app(
 def _hosts_of(parts: Any) -> list[str]:  # noqa: ANN401 - a urllib SplitResult
     port = parts.port or (443 if parts.scheme == "https" else 80)
     hosts = [parts.netloc.rpartition("@")[2], f"{_bracketed(parts.hostname)}:{port}"]
-    if _is_loopback(parts.hostname):
+    if is_loopback(parts.hostname):
         hosts.extend(f"{name}:{port}" for name in _LOOPBACK_NAMES)
     return sorted(set(hosts))
 
 
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _HostOriginGuard:

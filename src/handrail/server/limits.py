@@ -15,7 +15,6 @@ Slow headers are the server's to bound (`handrail.server.serving`).
 
 from __future__ import annotations
 
-import ipaddress
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
@@ -23,6 +22,7 @@ import anyio
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from handrail.addresses import is_loopback
 from handrail.errors import ErrorCode
 from handrail.server.problems import ServiceCode, problem
 
@@ -37,15 +37,6 @@ _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - names, not a bind
 
 
-def _loopback(name: str) -> bool:
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 def allowed_hosts(host: str, public_url: str | None) -> frozenset[str] | None:
     """The host names requests may carry: `public_url`'s, else `host` (None: any).
 
@@ -58,7 +49,7 @@ def allowed_hosts(host: str, public_url: str | None) -> frozenset[str] | None:
         return None
     else:
         name = host.strip("[]").lower()
-    return _LOOPBACK_NAMES | {name} if _loopback(name) else frozenset({name})
+    return _LOOPBACK_NAMES | {name} if is_loopback(name) else frozenset({name})
 
 
 def _host_name(value: str) -> str:
