@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # the service's helpers
 
@@ -221,7 +222,16 @@ async def test_a_forged_cookie_and_a_bearer_token_prove_nobody_at_the_console(co
 
 
 @pytest.mark.anyio
-async def test_a_huge_password_is_refused_without_hashing_it(console):
+async def test_a_huge_password_is_refused_without_hashing_it(console, monkeypatch):
+    hashed: list[int] = []
+    verify = PasswordHasher.verify
+
+    def counted(hasher: PasswordHasher, stored: str, password: str) -> bool:
+        hashed.append(len(password))
+        return verify(hasher, stored, password)
+
+    monkeypatch.setattr(PasswordHasher, "verify", counted)
     async with asgi_client(create_app(console)) as client:
         answer = await login(client, "alice@acme", "p" * 100_000)
     assert answer.status_code == 401
+    assert hashed == []
