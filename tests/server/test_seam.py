@@ -1,5 +1,5 @@
 import pytest
-from _service import asgi_client, key_for
+from _service import asgi_client
 
 from handrail.server import create_app
 
@@ -15,7 +15,6 @@ async def test_an_unknown_route_answers_a_404_problem(services):
 
 @pytest.mark.anyio
 async def test_the_openapi_document_is_served(services):
-    key_for(services)
     async with asgi_client(create_app(services)) as client:
         answer = await client.get("/openapi.json")
     assert answer.status_code == 200
