@@ -37,14 +37,15 @@ define sync
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --python $(VENV)/bin/python $(1)
 	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps --require-hashes -r requirements/eval.txt
 endef
 
-$(VENV)/.synced: $(UV) pyproject.toml requirements/dev.txt
+$(VENV)/.synced: $(UV) pyproject.toml requirements/dev.txt requirements/eval.txt
 	$(call sync,requirements/dev.txt)
 	@rm -f $(VENV)/.synced-bench
 	@touch $@
 
-$(VENV)/.synced-bench: $(UV) pyproject.toml requirements/bench.txt
+$(VENV)/.synced-bench: $(UV) pyproject.toml requirements/bench.txt requirements/eval.txt
 	$(call sync,requirements/bench.txt)
 	@rm -f $(VENV)/.synced
 	@touch $@
@@ -85,6 +86,7 @@ npm-tools:
 lock: $(UV)
 	$(UV) pip compile pyproject.toml --group dev $(LOCK_FLAGS) -o requirements/dev.txt
 	$(UV) pip compile pyproject.toml --group dev --group bench $(LOCK_FLAGS) -o requirements/bench.txt
+	$(UV) pip compile --group pyproject.toml:eval --no-deps $(LOCK_FLAGS) -o requirements/eval.txt
 
 demo: $(VENV)/.synced system-packages
 	$(VENV)/bin/handrail demo

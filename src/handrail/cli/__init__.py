@@ -8,7 +8,8 @@ was never executed. `raw` shows people the full raw results kept behind envelope
 `runs`, `conversations` and `plans` a tenant's agent runs, chats and plans; `plans
 confirm|reject` decide one as a named person (never executing it), and `runs cancel`
 ends a run as its user, rejecting its plans. `skills` lists and checks skill folders;
-`tasks` lists, shows and cancels a tenant's long tasks.
+`tasks` lists, shows and cancels a tenant's long tasks. `eval` scores a model, the policy
+and execution together on a suite of scenarios or on BFCL.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from handrail.cli._audit import audit_app
 from handrail.cli._common import CliError, HelpCommand, HelpGroup, load_registry, operator_principal
 from handrail.cli._conversations import conversations_app
 from handrail.cli._demo import demo
+from handrail.cli._eval import eval_app
 from handrail.cli._executions import executions_app
 from handrail.cli._keys import keys_app
 from handrail.cli._mcp import mcp_app
@@ -61,6 +63,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(skills_app, name="skills")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(people_app, name="people")
+app.add_typer(eval_app, name="eval")
 app.command("serve", cls=HelpCommand)(serve)
 app.command("demo", cls=HelpCommand)(demo)
 app.command("reconcile", cls=HelpCommand)(reconcile)

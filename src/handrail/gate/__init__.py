@@ -14,6 +14,7 @@ import functools
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from handrail.authz.guard import ConversationGuard
 from handrail.authz.policy import Policy, check_permissions, describe
@@ -44,6 +45,9 @@ from handrail.shaping.shaper import Shaper
 from handrail.spec import ConfirmationPolicy, ToolSpec
 from handrail.writes.outcome import WriteOutcome
 from handrail.writes.service import Writes
+
+if TYPE_CHECKING:
+    from handrail.telemetry import Telemetry
 
 __all__ = ["Gate"]
 
@@ -81,6 +85,7 @@ class Gate:
         writes: Writes | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if default_timeout <= 0 or max_result_chars <= 0 or max_concurrency <= 0:
             raise ConfigurationError("timeouts, result limits and concurrency must be positive")
@@ -118,6 +123,8 @@ class Gate:
         )
         # None: writes are refused with RISK_BLOCKED (a read-only gate).
         self._writes = writes
+        # None records no spans or metrics and costs one test per call.
+        self._telemetry = telemetry
         self._invoker = Invoker(
             clock=self._clock,
             shaper=self._shaper,

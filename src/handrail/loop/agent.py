@@ -94,6 +94,7 @@ if TYPE_CHECKING:
     from handrail.loop.events import LoopEvent
     from handrail.loop.hooks import StepHooks
     from handrail.store.base import Store
+    from handrail.telemetry import Telemetry
     from handrail.writes.service import Writes
 
 __all__ = [
@@ -156,8 +157,11 @@ class AgentLoop:
         hooks: StepHooks | None = None,
         toolset: ToolsetOptions | None = None,
         leasing: RunLeasing | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._gate = gate
+        # None records no spans or metrics.
+        self._telemetry = telemetry
         self._model = model
         self._store = store
         self._budget = budget

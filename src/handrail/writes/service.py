@@ -28,7 +28,7 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 from secrets import token_hex
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
@@ -49,6 +49,9 @@ from handrail.writes._running import Runner
 from handrail.writes.confirmation import ConfirmationToken, Keyring
 from handrail.writes.executor import Executor
 from handrail.writes.outcome import WriteOutcome
+
+if TYPE_CHECKING:
+    from handrail.telemetry import Telemetry
 
 # `proposal_envelope` and `stricter` are what the gate reads of deciding (handrail.gate).
 __all__ = ["Writes", "proposal_envelope", "stricter"]
@@ -80,7 +83,10 @@ class Writes:
         shaper: Shaper | None = None,
         secrets: SecretProvider | None = None,
         ledger: SecretLedger | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        # None records no spans or metrics.
+        self._telemetry = telemetry
         # Results of writes are shaped like any other; secrets are handed out by handle
         # and their values scrubbed from stored results and the audit trail.
         self._shaper = shaper or Shaper(

@@ -1,0 +1,153 @@
+"""Traces and metrics of calls, runs, tasks and requests, in OpenTelemetry's terms.
+
+`Telemetry` holds one tracer, one meter and the instruments Handrail records to. It is
+optional everywhere: a component given None records nothing and pays one `is None`
+test per call. `Telemetry.from_environment()` reads the standard `OTEL_*` variables
+(an exporter configured there, or an SDK the application installed globally) and
+answers None when nothing would receive the data. Spans follow the GenAI semantic
+conventions (`execute_tool {name}`, `invoke_agent`, `chat {model}`); arguments and
+results are never attributes, only the redacted summary when `record_summaries` is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from opentelemetry import metrics, trace
+
+from handrail.telemetry import attributes
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter, Histogram, Meter, MeterProvider, UpDownCounter
+    from opentelemetry.trace import Tracer, TracerProvider
+
+__all__ = ["Telemetry", "attributes"]
+
+_SCOPE = "handrail"
+
+# Seconds; the stages of a read take microseconds, a write's downstream seconds.
+_DURATION_BUCKETS = (
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class Telemetry:
+    """The tracer, meter and instruments of one Handrail process (explicit, not global).
+
+    Instruments (names are stable; attributes in `handrail.telemetry.attributes`):
+    - `handrail.tool.duration` (histogram, s): per tool and stage; stage `call` is the
+      whole call, so P50/P95/P99 per tool and per stage can be read from it.
+    - `handrail.tool.calls` (counter): per tool, envelope status and error code.
+    - `handrail.executions.unknown` (up-down counter): UNKNOWN executions open.
+    - `handrail.reconciliations` (counter, by outcome) and
+      `handrail.reconciliation.duration` (histogram, s): time from UNKNOWN to resolved.
+    - `handrail.duplicates_prevented` (counter): writes answered from their key's record.
+    - `handrail.redactions` (counter): values redacted from results, by kind.
+    - `handrail.budget.stops` (counter): runs stopped by a budget, by reason.
+    - `gen_ai.client.token.usage` (histogram, tokens) and
+      `gen_ai.client.operation.duration` (histogram, s): the agent loop's model turns.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        record_summaries: bool = False,
+    ) -> None:
+        version = _version()
+        self.tracer: Tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
+        self.meter: Meter = metrics.get_meter(_SCOPE, version, meter_provider)
+        # Off by default: a redacted argument summary is still data about a person.
+        self.record_summaries = record_summaries
+        meter = self.meter
+        self.tool_duration: Histogram = meter.create_histogram(
+            "handrail.tool.duration",
+            unit="s",
+            description="Duration of a tool call and of each of its stages.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.tool_calls: Counter = meter.create_counter(
+            "handrail.tool.calls",
+            unit="{call}",
+            description="Tool calls by envelope status and error code.",
+        )
+        self.unknown_open: UpDownCounter = meter.create_up_down_counter(
+            "handrail.executions.unknown",
+            unit="{execution}",
+            description="Executions whose outcome is UNKNOWN and not yet reconciled.",
+        )
+        self.reconciliations: Counter = meter.create_counter(
+            "handrail.reconciliations",
+            unit="{execution}",
+            description="UNKNOWN executions reconciled, by outcome.",
+        )
+        self.time_to_recover: Histogram = meter.create_histogram(
+            "handrail.reconciliation.duration",
+            unit="s",
+            description="Time from an execution turning UNKNOWN to its reconciliation.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.duplicates_prevented: Counter = meter.create_counter(
+            "handrail.duplicates_prevented",
+            unit="{call}",
+            description="Writes answered from their idempotency key's record, not run again.",
+        )
+        self.redactions: Counter = meter.create_counter(
+            "handrail.redactions",
+            unit="{value}",
+            description="Values redacted from results before the model saw them, by kind.",
+        )
+        self.budget_stops: Counter = meter.create_counter(
+            "handrail.budget.stops",
+            unit="{run}",
+            description="Agent runs stopped by a budget, by reason.",
+        )
+        self.token_usage: Histogram = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens used per model turn, by type (input, output).",
+        )
+        self.model_duration: Histogram = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="Duration of one model turn.",
+        )
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Telemetry | None:
+        """Telemetry as the standard `OTEL_*` variables configure it, or None for none.
+
+        Seam: implemented by the telemetry helper (see /work/notes/CONTRACT-20.md).
+        """
+        raise NotImplementedError
+
+
+def _version() -> str:
+    """Handrail's installed version, the instrumentation scope's version."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - once
+
+    try:
+        return version("handrail")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree not installed
+        return "0"

@@ -1,0 +1,65 @@
+"""Attribute keys of Handrail's spans and metrics: the GenAI conventions, then our own.
+
+One place for the names, so spans, metrics and their tests cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ERROR_TYPE",
+    "GEN_AI_AGENT_NAME",
+    "GEN_AI_CONVERSATION_ID",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_RESPONSE_MODEL",
+    "GEN_AI_TOKEN_TYPE",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_NAME",
+    "GEN_AI_TOOL_TYPE",
+    "GEN_AI_USAGE_INPUT_TOKENS",
+    "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "HANDRAIL_ARGUMENTS_SUMMARY",
+    "HANDRAIL_ATTEMPT",
+    "HANDRAIL_BUDGET_REASON",
+    "HANDRAIL_ERROR_CODE",
+    "HANDRAIL_IDEMPOTENCY_KEY_HASH",
+    "HANDRAIL_OUTCOME",
+    "HANDRAIL_PLAN_ID",
+    "HANDRAIL_REDACTION_KIND",
+    "HANDRAIL_RISK",
+    "HANDRAIL_RUN_ID",
+    "HANDRAIL_STAGE",
+    "HANDRAIL_STATUS",
+    "HANDRAIL_TENANT",
+]
+
+# OpenTelemetry GenAI semantic conventions.
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"  # noqa: S105 - an attribute key
+ERROR_TYPE: Final = "error.type"
+
+# Handrail's own.
+HANDRAIL_STAGE: Final = "handrail.stage"
+HANDRAIL_STATUS: Final = "handrail.status"
+HANDRAIL_ERROR_CODE: Final = "handrail.error.code"
+HANDRAIL_RISK: Final = "handrail.risk"
+HANDRAIL_TENANT: Final = "handrail.tenant"
+HANDRAIL_IDEMPOTENCY_KEY_HASH: Final = "handrail.idempotency_key.hash"
+HANDRAIL_PLAN_ID: Final = "handrail.plan.id"
+HANDRAIL_ATTEMPT: Final = "handrail.attempt"
+HANDRAIL_RUN_ID: Final = "handrail.run.id"
+HANDRAIL_OUTCOME: Final = "handrail.outcome"
+HANDRAIL_REDACTION_KIND: Final = "handrail.redaction.kind"
+HANDRAIL_BUDGET_REASON: Final = "handrail.budget.reason"
+HANDRAIL_ARGUMENTS_SUMMARY: Final = "handrail.arguments.summary"
