@@ -76,11 +76,13 @@ def traced(
     attributes: Mapping[str, AttributeValue],
     *,
     kind: SpanKind = SpanKind.INTERNAL,
+    failure: Callable[[BaseException], str] = lambda exc: type(exc).__name__,
 ) -> Iterator[Span]:
     """A current span that tells a refusal (its code set, status unset) from a failure.
 
     A refused request of a person (AccessRefusedError) sets the error code attribute;
-    any other exception marks the span ERROR by its type, without its message.
+    any other exception marks the span ERROR as `failure` names it (by default its
+    type), never with its message.
     """
     with tracer.start_as_current_span(
         name,
@@ -95,7 +97,7 @@ def traced(
             span.set_attribute(attr.HANDRAIL_ERROR_CODE, refused.code.value)
             raise
         except BaseException as exc:
-            failed(span, type(exc).__name__)
+            failed(span, failure(exc))
             raise
 
 
