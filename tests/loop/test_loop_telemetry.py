@@ -13,12 +13,22 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from _agent_worker import ALICE, TICKET_ARGS, Effects, answer, build_registry, call, reply
+from _agent_worker import (
+    ALICE,
+    TICKET_ARGS,
+    Effects,
+    Reads,
+    World,
+    answer,
+    build_registry,
+    call,
+    reply,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import Field
@@ -31,7 +41,14 @@ from handrail.loop.agent import AgentLoop, RunRefusedError, RunStatus
 from handrail.loop.answers import EvidenceChecker
 from handrail.loop.budgets import RunBudget
 from handrail.loop.events import LoopEvent
-from handrail.loop.models import ModelError, ModelReply, ModelRequest, ScriptedModelClient, Usage
+from handrail.loop.models import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    ScriptedModelClient,
+    Usage,
+)
 from handrail.store import MemoryStore
 from handrail.testing import FixedClock, sequential_ids
 
@@ -48,53 +65,41 @@ def capture() -> Iterator[Capture]:
         yield made
 
 
-@dataclass
-class World:
-    """The loop's test tools plus a read tool that opens a span of its own."""
+def _world(capture: Capture, effects: Effects) -> World:
+    """The loop's test world, its Writes with telemetry, plus a read tool with its own span."""
+    registry = build_registry(effects)
+    tracer = capture.telemetry.tracer
 
-    capture: Capture
-    effects: Effects
-    clock: FixedClock = field(default_factory=FixedClock)
-    store: MemoryStore = field(default_factory=MemoryStore)
+    @tool(risk=RiskLevel.L1_INTERNAL_READ, permissions={"assets.read"})
+    def asset_owner(asset_id: Annotated[str, Field(max_length=20)]) -> dict[str, str]:
+        """Who owns an asset."""
+        with tracer.start_as_current_span("inside the tool"):
+            return {"asset_id": asset_id, "owner": "ops"}
 
-    def __post_init__(self) -> None:
-        registry = build_registry(self.effects)
-        tracer = self.capture.telemetry.tracer
-
-        @tool(risk=RiskLevel.L1_INTERNAL_READ, permissions={"assets.read"})
-        def asset_owner(asset_id: Annotated[str, Field(max_length=20)]) -> dict[str, str]:
-            """Who owns an asset."""
-            with tracer.start_as_current_span("inside the tool"):
-                return {"asset_id": asset_id, "owner": "ops"}
-
-        registry.register(asset_owner)
-        self.writes = Writes(
-            registry,
-            self.store,
-            keyring(),
-            clock=self.clock,
-            new_id=sequential_ids("p"),
-            telemetry=self.capture.telemetry,
-        )
-        self.gate = Gate(registry, writes=self.writes, clock=self.clock)
-
-    def loop(self, model: Any, budget: RunBudget | None = None) -> AgentLoop:
-        return AgentLoop(
-            gate=self.gate,
-            model=model,
-            store=self.store,
-            budget=budget or RunBudget(max_steps=10, deadline_seconds=60.0),
-            clock=self.clock,
-            checker=EvidenceChecker(self.store, business_id_patterns=[r"\bTK-\d+\b"]),
-            writes=self.writes,
-            new_run_id=sequential_ids("run"),
-            telemetry=self.capture.telemetry,
-        )
+    registry.register(asset_owner)
+    store, clock = MemoryStore(), FixedClock()
+    writes = Writes(
+        registry,
+        store,
+        keyring(),
+        clock=clock,
+        new_id=sequential_ids("p"),
+        telemetry=capture.telemetry,
+    )
+    gate = Gate(registry, writes=writes, clock=clock)
+    checker = EvidenceChecker(store, business_id_patterns=[r"\bTK-\d+\b"])
+    return World(store, clock, effects, Reads(), gate, writes, checker)
 
 
 @pytest.fixture
 def world(capture: Capture, tmp_path: Path) -> World:
-    return World(capture, Effects(tmp_path / "effects.txt"))
+    return _world(capture, Effects(tmp_path / "effects.txt"))
+
+
+def _loop(
+    world: World, capture: Capture, model: ModelClient, budget: RunBudget | None = None
+) -> AgentLoop:
+    return world.loop(model, budget, telemetry=capture.telemetry)
 
 
 @dataclass
@@ -138,7 +143,7 @@ async def test_a_run_is_an_invoke_agent_span_over_its_model_turns_and_its_tools_
             ),
         ]
     )
-    outcome = await world.loop(model).run(TASK, ALICE)
+    outcome = await _loop(world, capture, model).run(TASK, ALICE)
     assert outcome.status is RunStatus.FINISHED
     run = capture.one(INVOKE)
     assert run.parent is None
@@ -175,7 +180,7 @@ async def test_a_model_turn_records_its_duration_on_the_clock_and_its_provider(
     inner = ScriptedModelClient(
         [reply(call("c1", "asset_owner", asset_id="asset-1")), answer("succeeded", "ok")]
     )
-    outcome = await world.loop(Timed(inner, world.clock, 1.5)).run(TASK, ALICE)
+    outcome = await _loop(world, capture, Timed(inner, world.clock, 1.5)).run(TASK, ALICE)
     assert outcome.status is RunStatus.FINISHED
     chats = capture.named("chat gpt-test")
     assert len(chats) == 2
@@ -191,7 +196,7 @@ async def test_a_suspended_run_and_its_resume_are_two_invoke_agent_spans(
     model = ScriptedModelClient(
         [reply(call("c1", "create_ticket", **TICKET_ARGS)), answer("succeeded", "Opened.")]
     )
-    loop = world.loop(model)
+    loop = _loop(world, capture, model)
     suspended = await loop.run(TASK, ALICE)
     assert suspended.status is RunStatus.SUSPENDED
     (plan_id,) = suspended.plan_ids
@@ -216,7 +221,7 @@ async def test_a_budget_stop_is_counted_by_its_reason_and_is_no_error(
             reply(call("c2", "asset_owner", asset_id="asset-2")),
         ]
     )
-    outcome = await world.loop(model, RunBudget(max_steps=1, deadline_seconds=60.0)).run(
+    outcome = await _loop(world, capture, model, RunBudget(max_steps=1, deadline_seconds=60.0)).run(
         TASK, ALICE
     )
     assert outcome.status is RunStatus.BUDGET_EXHAUSTED
@@ -225,7 +230,7 @@ async def test_a_budget_stop_is_counted_by_its_reason_and_is_no_error(
     assert _attributes(run)["handrail.budget.reason"] == "steps"
     assert capture.total("handrail.budget.stops", handrail__budget__reason="steps") == 1
     # A replay of it stops the same way; nothing stopped, nothing is counted.
-    report = await world.loop(model).replay(outcome.run_id)
+    report = await _loop(world, capture, model).replay(outcome.run_id)
     assert report.matched
     replay = capture.named(INVOKE)[-1]
     assert _attributes(replay)["handrail.run.operation"] == "replay"
@@ -239,7 +244,7 @@ async def test_a_model_error_fails_the_chat_and_the_run_span_with_its_code(
     def refuse(_request: ModelRequest) -> Any:
         raise ModelError("late", provider="scripted", code=ErrorCode.TIMEOUT)
 
-    outcome = await world.loop(ScriptedModelClient([refuse])).run(TASK, ALICE)
+    outcome = await _loop(world, capture, ScriptedModelClient([refuse])).run(TASK, ALICE)
     assert (outcome.status, outcome.error) == (RunStatus.FAILED, "TIMEOUT")
     for span in (capture.one(CHAT), capture.one(INVOKE)):
         assert span.status.status_code is StatusCode.ERROR
@@ -252,7 +257,7 @@ async def test_a_model_error_fails_the_chat_and_the_run_span_with_its_code(
 async def test_a_refused_request_about_a_run_sets_its_code_and_is_no_error(
     world: World, capture: Capture
 ) -> None:
-    loop = world.loop(ScriptedModelClient([]))
+    loop = _loop(world, capture, ScriptedModelClient([]))
     with pytest.raises(RunRefusedError):
         await loop.resume("run-404", ALICE, plan_id="p-1", token=None)
     with pytest.raises(RunRefusedError):
@@ -282,7 +287,7 @@ async def test_a_streamed_run_has_its_model_turns_under_its_invoke_agent_span(
         ],
         delta_chars=4,
     )
-    events = await _all(world.loop(model).stream(TASK, ALICE, run_id="r1"))
+    events = await _all(_loop(world, capture, model).stream(TASK, ALICE, run_id="r1"))
     assert type(events[-1]).__name__ == "RunFinished"
     run = capture.one(INVOKE)
     assert _attributes(run)["handrail.run.id"] == "r1"

@@ -12,27 +12,37 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import Field
 
 from _flow_telemetry import Capture, attribute_values, captured
 from _records import execution_record
 from _write_tools import ALICE, ARGS, Downstream, keyring, ticket_tool
 from handrail import (
     ConfirmationMode,
+    ConfirmationPolicy,
     ExecutionStatus,
     Gate,
     IdempotencyMode,
+    IdempotencyPolicy,
     Reconciler,
     Registry,
+    RiskLevel,
+    SideEffect,
     Store,
+    Tool,
     ToolCall,
+    ToolContext,
     WriteRefusedError,
     Writes,
+    tool,
 )
 from handrail.errors import ErrorCode
 from handrail.execution import plan_key
@@ -43,6 +53,8 @@ from handrail.writes.reconcile import resolve_by_person
 pytestmark = pytest.mark.anyio
 
 TOOL = "create_ticket"
+WAIT_S = 20.0
+"""Bound on every wait; never reached while the write path keeps its deadlines."""
 CALL = f"execute_tool {TOOL}"
 
 
@@ -370,6 +382,62 @@ async def test_a_person_resolving_an_unknown_write_counts_a_reconciliation_by_a_
         1,
         30.0,
     )
+
+
+@pytest.fixture
+def gate_open() -> Iterator[threading.Event]:
+    """An event the blocking tool waits on; set when the test ends at the latest."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _late_failure(gate_open: threading.Event) -> Tool:
+    """A sync write that outlives its 50 ms deadline in its thread, then raises."""
+
+    @tool(
+        name="late_ticket",
+        risk=RiskLevel.L2_REVERSIBLE_WRITE,
+        side_effect=SideEffect.EXTERNAL_WRITE,
+        timeout=0.05,
+        confirmation=ConfirmationPolicy(mode=ConfirmationMode.CONFIRM),
+        idempotency=IdempotencyPolicy(mode=IdempotencyMode.PLAN),
+    )
+    def late_ticket(asset_id: Annotated[str, Field(pattern=r"^asset-[0-9]+$")]) -> dict[str, str]:
+        """Open a ticket in a system that answers late, with an error."""
+        gate_open.wait(WAIT_S)
+        raise RuntimeError(asset_id)
+
+    return late_ticket
+
+
+async def test_an_attempt_that_ends_unknown_after_its_caller_left_is_counted_when_it_ends(
+    capture: Capture, gate_open: threading.Event
+) -> None:
+    world = World(MemoryStore(), capture)
+    world.registry.register(_late_failure(gate_open))
+    late = world.registry.get("late_ticket")
+    ctx = ToolContext(
+        principal=ALICE,
+        call_id="c1",
+        tool="late_ticket",
+        deadline=world.clock.monotonic() + WAIT_S,
+        clock=world.clock,
+    )
+    bound = late.bind({"asset_id": "asset-1"})
+    plan = await world.writes.propose(late, bound, ALICE, mode=ConfirmationMode.CONFIRM, ctx=ctx)
+    token = await world.writes.issue_token(plan.plan_id, ALICE)
+    await world.writes.confirm(plan.plan_id, token.value, ALICE)
+    try:
+        outcome = await asyncio.wait_for(world.writes.execute_plan(plan.plan_id, ALICE), WAIT_S)
+    finally:
+        gate_open.set()
+    assert outcome.status is ExecutionStatus.RUNNING  # held: its thread is still inside
+    assert await world.writes.executor.drain(timeout=WAIT_S)
+    record = world.store.get_execution(str(outcome.key))
+    assert record is not None
+    assert record.status is ExecutionStatus.UNKNOWN  # the late end, written by the held path
+    assert capture.total("handrail.executions.unknown", gen_ai__tool__name="late_ticket") == 1
 
 
 # --- no telemetry ---------------------------------------------------------------------------------
