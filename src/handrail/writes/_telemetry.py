@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FAILURES", "WriteTelemetry", "failed", "key_hash", "traced"]
 
-T = TypeVar("T")
 
 FAILURES = frozenset(
     {ErrorCode.FAILED_FINAL, ErrorCode.TRANSIENT, ErrorCode.TIMEOUT, ErrorCode.OUTCOME_UNKNOWN}
