@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from handrail.calls import ToolCall
     from handrail.envelope import Envelope
     from handrail.loop._agent_record import PendingPlan
+    from handrail.loop._telemetry import LoopTelemetry
     from handrail.loop.answers import CheckedAnswer, TextCheck
     from handrail.loop.budgets import BudgetTracker, BudgetTrip
     from handrail.loop.final import RunAnswer
@@ -108,6 +109,8 @@ class Observed(Protocol):
     @property
     def run_id(self) -> str: ...
     @property
+    def conversation(self) -> str: ...
+    @property
     def model(self) -> ModelClient: ...
     @property
     def tracker(self) -> BudgetTracker: ...
@@ -128,14 +131,25 @@ S = TypeVar("S", bound=Observed)
 # --- the loop's insertion points -------------------------------------------------------------
 
 
-async def ask(s: Observed, request: ModelRequest) -> ModelReply:
-    """The model's reply to `request`; streamed as deltas when the run is streamed."""
+async def ask(
+    s: Observed, request: ModelRequest, telemetry: LoopTelemetry | None = None
+) -> ModelReply:
+    """The model's reply to `request`; streamed as deltas when the run is streamed.
+
+    With `telemetry`, the exchange with the model (not the hook before it) is a span.
+    """
     step, observer = s.tracker.steps, s.observer
     if observer.hooked:
         await observer.hook("before_model", observer.hooks.before_model, step=step, request=request)
         s.tracker.check_deadline()  # the hook's time is the run's
+    if telemetry is None:
+        return await _reply(s, step, request)
+    return await telemetry.chat(s.model.name, s.conversation, lambda: _reply(s, step, request))
+
+
+async def _reply(s: Observed, step: int, request: ModelRequest) -> ModelReply:
     timeout = s.tracker.remaining_seconds()
-    if observer.sink is None or not isinstance(s.model, StreamingModelClient):
+    if s.observer.sink is None or not isinstance(s.model, StreamingModelClient):
         return await s.model.complete(request, timeout=timeout)
     items = s.model.stream(request, timeout=timeout)
     visible = VisibleText()  # a structured final answer shows only its message

@@ -28,21 +28,10 @@ from handrail.adapters.transcript import AssistantTurn, CallIdLedger, Turn, User
 from handrail.declare.exposure import ExposureRequest
 from handrail.envelope import Envelope
 from handrail.errors import ConfigurationError, ErrorCode, WriteRefusedError
-from handrail.loop._agent_record import (
-    CallOutcome,
-    RunData,
-    RunEnd,
-    RunStatus,
-    StepLog,
-    outcomes,
-)
-from handrail.loop._cancel import (
-    cancelled_text,
-    check_cancellable,
-    check_reason,
-    claim_declined,
-)
+from handrail.loop._agent_record import CallOutcome, RunData, RunEnd, RunStatus, StepLog, outcomes
+from handrail.loop._cancel import cancelled_text, check_cancellable, check_reason, claim_declined
 from handrail.loop._conversation import Conversations
+from handrail.loop._invoked import invoked, loop_telemetry
 from handrail.loop._outcome import RunOutcome
 from handrail.loop._replay import (
     ReplayReport,
@@ -160,8 +149,8 @@ class AgentLoop:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._gate = gate
-        # None records no spans or metrics.
-        self._telemetry = telemetry
+        # None records no spans or metrics (and loads no OpenTelemetry).
+        self._telemetry = loop_telemetry(telemetry, clock)
         self._model = model
         self._store = store
         self._budget = budget
@@ -181,6 +170,7 @@ class AgentLoop:
 
     # --- run ------------------------------------------------------------------------------------
 
+    @invoked("run")
     async def run(
         self,
         task: str,
@@ -271,7 +261,7 @@ class AgentLoop:
             transcript=s.transcript, tools=s.exposure.included, system=self._system
         )
         try:
-            reply = await ask(s, request)
+            reply = await ask(s, request, self._telemetry)
         except ModelError as exc:
             return await self._end_error(s, exc.code.value)
         except ScriptExhaustedError:
@@ -414,6 +404,7 @@ class AgentLoop:
 
     # --- resume ---------------------------------------------------------------------------------
 
+    @invoked("resume")
     async def resume(
         self, run_id: str, principal: Principal, *, plan_id: str, token: str | None
     ) -> RunOutcome:
@@ -491,6 +482,7 @@ class AgentLoop:
         """`resume`'s events as they happen, the terminal one last, as `stream`."""
         return streamed(lambda: self.resume(run_id, principal, plan_id=plan_id, token=token))
 
+    @invoked("take_over")
     async def take_over(self, run_id: str) -> RunOutcome:
         """Go on with a RUNNING run whose lease ran out, as this worker (`claim_expired`)."""
         found = await self._stored(run_id)
@@ -562,6 +554,7 @@ class AgentLoop:
 
     # --- replay ---------------------------------------------------------------------------------
 
+    @invoked("replay")
     async def replay(
         self,
         run_id: str,

@@ -63,3 +63,21 @@ HANDRAIL_OUTCOME: Final = "handrail.outcome"
 HANDRAIL_REDACTION_KIND: Final = "handrail.redaction.kind"
 HANDRAIL_BUDGET_REASON: Final = "handrail.budget.reason"
 HANDRAIL_ARGUMENTS_SUMMARY: Final = "handrail.arguments.summary"
+
+# The write path and the agent loop (tele-flow).
+HANDRAIL_EXECUTION_STATUS: Final = "handrail.execution.status"
+HANDRAIL_REPLAYED: Final = "handrail.replayed"
+HANDRAIL_RESOLVED_BY: Final = "handrail.resolved_by"
+HANDRAIL_RUN_OPERATION: Final = "handrail.run.operation"
+HANDRAIL_RUN_STATUS: Final = "handrail.run.status"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+__all__ += [
+    "GEN_AI_PROVIDER_NAME",
+    "GEN_AI_RESPONSE_FINISH_REASONS",
+    "HANDRAIL_EXECUTION_STATUS",
+    "HANDRAIL_REPLAYED",
+    "HANDRAIL_RESOLVED_BY",
+    "HANDRAIL_RUN_OPERATION",
+    "HANDRAIL_RUN_STATUS",
+]

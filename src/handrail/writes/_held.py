@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from handrail.clock import Clock
 from handrail.errors import ErrorCode, StoreError
@@ -21,6 +22,9 @@ from handrail.writes import _answers as answers
 from handrail.writes._attempts import Attempts
 from handrail.writes.leases import LeaseKeeper
 from handrail.writes.outcome import WriteJob, WriteOutcome
+
+if TYPE_CHECKING:
+    from handrail.writes._telemetry import WriteTelemetry
 
 __all__ = ["HeldAttempts"]
 
@@ -44,8 +48,10 @@ class HeldAttempts:
         worker_id: str,
         attempts: Attempts,
         trail: answers.Trail,
+        traced: WriteTelemetry | None = None,
     ) -> None:
         self._store = store
+        self._traced = traced
         self._clock = clock
         self._worker = worker_id
         self._attempts = attempts
@@ -119,6 +125,8 @@ class HeldAttempts:
             )
         except StoreError as exc:
             written, note = False, f"{note or ''} outcome not recorded: {exc}".strip()
+        if written and self._traced is not None:
+            self._traced.moved(current, new)
         self._note_late(
             job,
             "late_outcome" if written else "fenced",

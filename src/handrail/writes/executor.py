@@ -60,6 +60,8 @@ from handrail.writes.outcome import WriteJob, WriteOutcome
 if TYPE_CHECKING:
     from handrail.credentials import Secrets
     from handrail.store.sql import AsyncExecutions, SqlStore
+    from handrail.telemetry import Telemetry
+    from handrail.writes._telemetry import WriteTelemetry
 
 __all__ = ["Executor", "WriteJob", "WriteOutcome"]
 
@@ -75,7 +77,8 @@ class Executor:
     Between calls it keeps only the attempts it holds past their caller (see `drain`).
 
     `worker_id` names this process's leases. `sleep` and `rng` are injected (polling
-    and retry jitter) so tests neither wait nor guess.
+    and retry jitter) so tests neither wait nor guess. With `telemetry`, each execution
+    is a `handrail.execute` span and the moves it makes are counted (`_telemetry`).
     """
 
     def __init__(
@@ -89,7 +92,13 @@ class Executor:
         rng: random.Random | None = None,
         secrets: Callable[[Principal, ToolSpec], Secrets | None] | None = None,
         scrub: Callable[[str], str] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self._traced: WriteTelemetry | None = None
+        if telemetry is not None:
+            from handrail.writes._telemetry import WriteTelemetry  # noqa: PLC0415 - only with one
+
+            self._traced = WriteTelemetry(telemetry, clock)
         # `secrets` gives a tool its context's secret access; `scrub` cleans stored
         # results of the secret values handed out, so records never hold them.
         self._store = store
@@ -107,6 +116,7 @@ class Executor:
             worker_id=worker_id,
             attempts=self._attempts,
             trail=self._trail,
+            traced=self._traced,
         )
         self._local = LocalWrites(
             store=store,
@@ -139,6 +149,11 @@ class Executor:
         turns it into OUTCOME_UNKNOWN; before that, nothing ran and the answer is a
         retryable TRANSIENT (repeating the request takes effect at most once).
         """
+        if self._traced is None:
+            return await self._execute(job, deadline)
+        return await self._traced.execute(job, lambda: self._execute(job, deadline))
+
+    async def _execute(self, job: WriteJob, deadline: float) -> WriteOutcome:
         try:
             if job.tool.spec.side_effect is SideEffect.LOCAL_WRITE:
                 return await self._local.execute(job, deadline)
@@ -210,6 +225,13 @@ class Executor:
 
         Like `execute`, a failing store is a TRANSIENT outcome, never an exception.
         """
+        if self._traced is None:
+            return await self._replay(job, record, deadline)
+        return await self._traced.execute(job, lambda: self._replay(job, record, deadline))
+
+    async def _replay(
+        self, job: WriteJob, record: ExecutionRecord, deadline: float
+    ) -> WriteOutcome:
         try:
             return await self._existing(job, record, deadline)
         except StoreError as exc:
@@ -222,7 +244,9 @@ class Executor:
 
         `record` must be RUNNING and leased to this executor (the reconciler moved it).
         """
-        return await self._run(job, record, deadline)
+        if self._traced is None:
+            return await self._run(job, record, deadline)
+        return await self._traced.execute(job, lambda: self._run(job, record, deadline))
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every attempt held past its caller has ended and its outcome is written.
@@ -427,6 +451,8 @@ class Executor:
                 envelope=answers.unknown(job),
                 record=None,
             )
+        if self._traced is not None:
+            self._traced.moved(current, new)
         self._trail.note(
             job,
             "outcome",

@@ -11,18 +11,21 @@ A tool's `reconcile(key, ctx)` hook answers with one of three outcomes:
 
 One pass (`Reconciler.run_once`) first declares RUNNING records whose lease expired
 (their worker died) UNKNOWN, then checks every due UNKNOWN record. Each record is
-leased before it is checked, so several reconcilers can run at once safely.
+leased before it is checked, so several reconcilers can run at once safely. With
+telemetry, each record checked is a tool call of its own (`execute_tool {tool}` with a
+`handrail.reconcile` child) and the checks and moves are counted (`_telemetry`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.clock import Clock, SystemClock
 from handrail.context import ToolContext
@@ -41,6 +44,10 @@ from handrail.store.base import Store
 from handrail.writes._attempts import stored_result
 from handrail.writes.executor import Executor
 from handrail.writes.outcome import WriteJob
+
+if TYPE_CHECKING:
+    from handrail.telemetry import Telemetry
+    from handrail.writes._telemetry import WriteTelemetry
 
 __all__ = ["PassReport", "Reconciler", "T", "resolve_by_person"]
 
@@ -64,7 +71,10 @@ class PassReport:
 
 
 class Reconciler:
-    """Finds UNKNOWN writes (and crashed RUNNING ones) and settles them by key."""
+    """Finds UNKNOWN writes (and crashed RUNNING ones) and settles them by key.
+
+    `telemetry` (None: nothing recorded) receives its spans and metrics.
+    """
 
     def __init__(
         self,
@@ -79,10 +89,16 @@ class Reconciler:
         batch: int = 100,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._registry = registry
         self._store = store
         self._clock = clock or SystemClock()
+        self._traced: WriteTelemetry | None = None
+        if telemetry is not None:
+            from handrail.writes._telemetry import WriteTelemetry  # noqa: PLC0415 - only with one
+
+            self._traced = WriteTelemetry(telemetry, self._clock)
         self._auditor = Auditor(audit, self._clock)
         self._worker = worker_id
         self._lease = lease_seconds
@@ -96,6 +112,7 @@ class Reconciler:
             worker_id=worker_id,
             sleep=sleep,
             rng=self._rng,
+            telemetry=telemetry,
         )
 
     async def run_once(
@@ -133,34 +150,42 @@ class Reconciler:
             self._store.due_executions, now=self._clock.now(), limit=self._batch, **scope
         )
         for record in due:
-            current = record
-            if current.status is ExecutionStatus.RUNNING:
-                unknown = current.moved(
-                    ExecutionStatus.UNKNOWN,
-                    error_code=ErrorCode.OUTCOME_UNKNOWN.value,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    next_check_at=self._clock.now(),
-                    updated_at=self._clock.now(),
-                )
-                if not await self._io(
-                    self._store.replace_execution,
-                    unknown,
-                    expect_status=current.status,
-                    expect_version=current.version,
-                ):
-                    report["skipped"].append(current.idempotency_key)
-                    continue
-                self._audit(unknown, "lease", "expired", code=ErrorCode.OUTCOME_UNKNOWN)
-                report["expired_leases"].append(current.idempotency_key)
-                current = unknown
-            outcome = await self._check(current)
+            if self._traced is None:
+                outcome = await self._settle(record, report)
+            else:
+                settle = functools.partial(self._settle, record, report)
+                outcome = await self._traced.reconcile(record, _call_id(record), settle)
             if outcome == "escalated":
                 # Newly escalated records are still unknown: they are listed in both.
-                report["still_unknown"].append(current.idempotency_key)
-            report[outcome].append(current.idempotency_key)
+                report["still_unknown"].append(record.idempotency_key)
+            report[outcome].append(record.idempotency_key)
         purged = 0 if scope else await self._io(self._store.purge_executions, now=self._clock.now())
         return PassReport(**{k: tuple(v) for k, v in report.items()}, purged=purged)
+
+    async def _settle(self, record: ExecutionRecord, report: dict[str, list[str]]) -> str:
+        """One due record: a RUNNING one whose lease expired becomes UNKNOWN, then checked."""
+        current = record
+        if current.status is ExecutionStatus.RUNNING:
+            unknown = current.moved(
+                ExecutionStatus.UNKNOWN,
+                error_code=ErrorCode.OUTCOME_UNKNOWN.value,
+                lease_owner=None,
+                lease_expires_at=None,
+                next_check_at=self._clock.now(),
+                updated_at=self._clock.now(),
+            )
+            if not await self._io(
+                self._store.replace_execution,
+                unknown,
+                expect_status=current.status,
+                expect_version=current.version,
+            ):
+                return "skipped"
+            self._moved(current, unknown)
+            self._audit(unknown, "lease", "expired", code=ErrorCode.OUTCOME_UNKNOWN)
+            report["expired_leases"].append(current.idempotency_key)
+            current = unknown
+        return await self._check(current)
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every retry that outlived its deadline has ended and been recorded.
@@ -219,7 +244,7 @@ class Reconciler:
         else:
             ctx = ToolContext(
                 principal=principal,
-                call_id=f"reconcile-{leased.idempotency_key[-12:]}",
+                call_id=_call_id(leased),
                 tool=leased.tool,
                 deadline=self._clock.monotonic() + self._check_timeout,
                 clock=self._clock,
@@ -272,6 +297,7 @@ class Reconciler:
         )
         if not await self._write(record, succeeded):
             return "skipped"
+        self._moved(record, succeeded)
         self._audit(
             succeeded, "reconcile", "succeeded", detail={"business_id": succeeded.business_id}
         )
@@ -291,6 +317,7 @@ class Reconciler:
         )
         if not await self._write(record, running):
             return "skipped"
+        self._moved(record, running)
         self._audit(running, "reconcile", "retrying", detail={"attempt": running.attempts})
         job = WriteJob(
             tool=tool,
@@ -300,7 +327,7 @@ class Reconciler:
             plan_hash=record.plan_hash,
             plan_id=record.plan_id,
             expected_version=record.expected_version,
-            call_id=f"reconcile-{record.idempotency_key[-12:]}",
+            call_id=_call_id(record),
         )
         outcome = await self._executor.retry_record(job, running, deadline=deadline)
         status = outcome.record.status if outcome.record is not None else ExecutionStatus.UNKNOWN
@@ -335,6 +362,10 @@ class Reconciler:
             detail={"reason": reason, "checks": checks, "next_check_in_s": round(wait, 3)},
         )
         return outcome
+
+    def _moved(self, before: ExecutionRecord, after: ExecutionRecord) -> None:
+        if self._traced is not None:
+            self._traced.moved(before, after)
 
     async def _write(self, current: ExecutionRecord, new: ExecutionRecord) -> bool:
         return await self._io(
@@ -380,6 +411,11 @@ class Reconciler:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+def _call_id(record: ExecutionRecord) -> str:
+    """The call id a reconciliation of `record` runs its hooks (and its retry) under."""
+    return f"reconcile-{record.idempotency_key[-12:]}"
+
+
 def resolve_by_person(
     store: Store,
     key: str,
@@ -391,6 +427,7 @@ def resolve_by_person(
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     retention_seconds: float = 86_400.0,
+    telemetry: Telemetry | None = None,
 ) -> ExecutionRecord:
     """Settle an UNKNOWN record by a person who checked the downstream system.
 
@@ -398,6 +435,7 @@ def resolve_by_person(
     an operator looked the key up downstream and says what happened. The decision,
     the operator and their note are stored and audited. Only an UNKNOWN record that
     no reconciler holds a lease on can be settled; anything else is a CONFLICT.
+    `telemetry` counts the resolution (a reconciliation by a person) and its move.
     """
     clock = clock or SystemClock()
     if not operator.strip() or not note.strip():
@@ -439,6 +477,10 @@ def resolve_by_person(
         expect_version=record.version,
     ):
         raise WriteRefusedError(ErrorCode.CONFLICT, "the record changed meanwhile; look again")
+    if telemetry is not None:
+        from handrail.writes._telemetry import WriteTelemetry  # noqa: PLC0415 - only with one
+
+        WriteTelemetry(telemetry, clock).resolved(record, settled)
     Auditor(audit, clock).note(
         kind="write",
         stage="resolve",

@@ -24,6 +24,7 @@ running a decided write in `_running`, keyed execution in `executor`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,7 @@ from handrail.writes.outcome import WriteOutcome
 
 if TYPE_CHECKING:
     from handrail.telemetry import Telemetry
+    from handrail.writes._telemetry import WriteTelemetry
 
 # `proposal_envelope` and `stricter` are what the gate reads of deciding (handrail.gate).
 __all__ = ["Writes", "proposal_envelope", "stricter"]
@@ -85,8 +87,9 @@ class Writes:
         ledger: SecretLedger | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
-        # None records no spans or metrics.
+        # None records no spans or metrics (and loads no OpenTelemetry).
         self._telemetry = telemetry
+        self._traced: WriteTelemetry | None = None
         # Results of writes are shaped like any other; secrets are handed out by handle
         # and their values scrubbed from stored results and the audit trail.
         self._shaper = shaper or Shaper(
@@ -107,6 +110,10 @@ class Writes:
 
         self._store = store
         self._clock = clock or SystemClock()
+        if telemetry is not None:
+            from handrail.writes._telemetry import WriteTelemetry  # noqa: PLC0415 - only with one
+
+            self._traced = WriteTelemetry(telemetry, self._clock)
         auditor = Auditor(audit, self._clock, new_id=new_id, scrub=self._scrub)
         self.executor = Executor(
             store,
@@ -117,6 +124,7 @@ class Writes:
             rng=rng,
             secrets=secrets_for,
             scrub=self._ledger.scrub,
+            telemetry=telemetry,
         )
         self._decisions = Decisions(
             registry=registry,
@@ -175,9 +183,15 @@ class Writes:
 
         `approval` is who must approve when the policy (not only the spec) asks for it.
         """
-        return await self._decisions.propose(
-            tool, bound, principal, mode=mode, ctx=ctx, revises=revises, approval=approval
-        )
+
+        def propose() -> Awaitable[Plan]:
+            return self._decisions.propose(
+                tool, bound, principal, mode=mode, ctx=ctx, revises=revises, approval=approval
+            )
+
+        if self._traced is None:
+            return await propose()
+        return await self._traced.plan(tool.spec.name, principal, propose)
 
     async def get_plan(self, plan_id: str, principal: Principal) -> PlanRecord:
         """A plan of the principal's tenant; NOT_FOUND for any other (no existence leak)."""
@@ -200,7 +214,12 @@ class Writes:
         (forged, altered, another person's), PLAN_CHANGED (issued for another plan or
         hash), PLAN_EXPIRED, CONFIRMATION_REPLAYED, PERMISSION_DENIED, PLAN_CLOSED.
         """
-        return await self._decisions.confirm(plan_id, token, principal)
+        if self._traced is None:
+            return await self._decisions.confirm(plan_id, token, principal)
+        known = self._decisions.known(plan_id)
+        return await self._traced.confirm(
+            plan_id, principal, known, lambda: self._decisions.confirm(plan_id, token, principal)
+        )
 
     async def reject(
         self,
@@ -215,7 +234,15 @@ class Writes:
         Only the requester, or for APPROVE plans a holder of the approver permission.
         `reason`, a person's words, goes into the audit event of the rejection.
         """
-        return await self._decisions.reject(plan_id, principal, state=state, reason=reason)
+
+        def reject() -> Awaitable[PlanRecord]:
+            return self._decisions.reject(plan_id, principal, state=state, reason=reason)
+
+        if self._traced is None:
+            return await reject()
+        return await self._traced.confirm(
+            plan_id, principal, self._decisions.known(plan_id), reject
+        )
 
     def check_may_decide(self, record: PlanRecord, principal: Principal) -> None:
         """PERMISSION_DENIED unless `principal` asked for the plan or may approve it."""
@@ -238,9 +265,17 @@ class Writes:
         The deadline is the plan's tool's declared timeout, or the caller's `timeout`
         (seconds) when that is shorter; it covers the version check, waiting for a
         running duplicate and the tool itself. Executing returns: every refusal and
-        failure is the outcome's envelope with its code, never an exception.
+        failure is the outcome's envelope with its code, never an exception. With telemetry,
+        it is a tool call of its own (`execute_tool {tool}`): it never runs inside a gate's.
         """
-        return await self._runner.execute_plan(plan_id, principal, timeout=timeout, call_id=call_id)
+
+        def run() -> Awaitable[WriteOutcome]:
+            return self._runner.execute_plan(plan_id, principal, timeout=timeout, call_id=call_id)
+
+        if self._traced is None:
+            return await run()
+        known = functools.partial(self._decisions.known, plan_id)
+        return await self._traced.call(plan_id, call_id or plan_id, principal, known, run)
 
     async def execute_command(
         self,
