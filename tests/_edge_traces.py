@@ -5,11 +5,12 @@ provider). `REMOTE` is a caller in another process: its `traceparent`, trace id 
 span id. `traced_app(telemetry)` is a Handrail application whose gate has the telemetry
 and whose tool `edge.echo` opens a span of its own while it runs, so a test can follow
 the chain from inside the tool up to whatever crossed the boundary, whichever spans
-the gate makes in between.
+the gate makes in between; `services_for(app, telemetry)` serves it (`create_app`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,8 +20,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from handrail import Gate, Handrail, Registry, RiskLevel, tool
 from handrail.clock import SystemClock
+from handrail.mcp.auth import ApiKeyAuthenticator
+from handrail.mcp.keys import ApiKeys
+from handrail.server.config import HandrailConfig, ServerConfig
+from handrail.server.operations import Operations
+from handrail.server.services import Services
 from handrail.store import MemoryStore
 from handrail.telemetry import Telemetry
+
+_ids = itertools.count(1)
 
 INSIDE = "edge.inside"
 """The span the tool `edge.echo` opens while it runs."""
@@ -109,4 +117,20 @@ def traced_app(telemetry: Telemetry) -> Handrail:
         writes=None,
         audit=None,
         clock=clock,
+    )
+
+
+def services_for(app: Handrail, telemetry: Telemetry | None) -> Services:
+    """The service's parts over `app`, API keys in its store, with `telemetry`."""
+    clock = SystemClock()
+    return Services(
+        config=ServerConfig(handrail=HandrailConfig(registry="examples.payments")),
+        handrail=app,
+        bearer=ApiKeyAuthenticator(ApiKeys(app.store, clock=clock)),
+        operations=Operations(app, clock=clock),
+        people=None,
+        clock=clock,
+        worker_id="test-worker",
+        new_id=lambda: f"id{next(_ids)}",
+        telemetry=telemetry,
     )

@@ -12,11 +12,12 @@ the clients here have no current span, so no context can leak in process either.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 from starlette.types import ASGIApp
 
@@ -71,6 +72,10 @@ def keys() -> ApiKeys:
     return ApiKeys(MemoryStore(), audit=None)
 
 
+def _meta(traceparent: str) -> types.RequestParamsMeta:
+    return types.RequestParamsMeta(traceparent=traceparent)  # type: ignore[typeddict-unknown-key]
+
+
 def _served(app: Handrail, keys: ApiKeys, telemetry: Telemetry | None) -> Any:
     def make(resource_url: str) -> ASGIApp:
         server = GatedServer(app, principal=principal_from_request)
@@ -82,13 +87,11 @@ def _served(app: Handrail, keys: ApiKeys, telemetry: Telemetry | None) -> Any:
 
 
 async def _echo(
-    url: str, token: str, meta: Mapping[str, Any] | None = None, **headers: str
+    url: str, token: str, meta: types.RequestParamsMeta | None = None, **headers: str
 ) -> None:
     async with client(url, token, **headers) as connected:
         with anyio.fail_after(WAIT):
-            result = await connected.call_tool(
-                "edge.echo", {"text": "hi"}, meta=None if meta is None else dict(meta)
-            )
+            result = await connected.call_tool("edge.echo", {"text": "hi"}, meta=meta)
     assert result.is_error is False
 
 
@@ -118,7 +121,7 @@ async def test_a_traceparent_in_the_requests_meta_wins_over_the_header(
         await _echo(
             served.resource_url,
             token,
-            meta={"traceparent": OTHER.traceparent},
+            meta=_meta(OTHER.traceparent),
             traceparent=REMOTE.traceparent,
         )
 
@@ -132,7 +135,7 @@ async def test_the_meta_alone_parents_the_call_without_any_request_span(
 ) -> None:
     token = keys.create(ALICE).key
     with _served(app, keys, None) as served:
-        await _echo(served.resource_url, token, meta={"traceparent": OTHER.traceparent})
+        await _echo(served.resource_url, token, meta=_meta(OTHER.traceparent))
 
     inside = rec.named(INSIDE)
     assert root_parent(inside, rec.spans()) == OTHER.span_id
@@ -146,9 +149,7 @@ async def test_the_meta_parents_the_call_in_process_in_both_protocol_eras(
     server = GatedServer(app, principal=fixed_principal(ALICE))
     async with Client(server.lowlevel, mode=mode, cache=None) as connected:
         with anyio.fail_after(WAIT):
-            await connected.call_tool(
-                "edge.echo", {"text": "hi"}, meta={"traceparent": OTHER.traceparent}
-            )
+            await connected.call_tool("edge.echo", {"text": "hi"}, meta=_meta(OTHER.traceparent))
     server.close()
 
     inside = rec.named(INSIDE)
@@ -159,7 +160,7 @@ async def test_the_meta_parents_the_call_in_process_in_both_protocol_eras(
 def test_without_telemetry_the_http_app_has_no_tracing_middleware(
     app: Handrail, keys: ApiKeys, rec: Recording
 ) -> None:
-    def built(telemetry: Telemetry | None) -> list[type]:
+    def built(telemetry: Telemetry | None) -> list[object]:
         server = GatedServer(app, principal=principal_from_request)
         made = http_app(
             server,
@@ -168,7 +169,7 @@ def test_without_telemetry_the_http_app_has_no_tracing_middleware(
             telemetry=telemetry,
         )
         server.close()
-        return [m.cls for m in made.user_middleware]  # type: ignore[misc]
+        return [m.cls for m in made.user_middleware]
 
     assert TraceRequests in built(rec.telemetry)
     assert TraceRequests not in built(None)

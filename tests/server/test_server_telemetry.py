@@ -8,8 +8,12 @@ Without telemetry the middleware is not even in the stack.
 
 from __future__ import annotations
 
-import itertools
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,21 +21,13 @@ from _service import asgi_client, key_for
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from _edge_traces import INSIDE, REMOTE, Recording, chain, recording, traced_app
+from _edge_traces import INSIDE, REMOTE, Recording, chain, recording, services_for, traced_app
 from handrail.app import Handrail
-from handrail.clock import SystemClock
-from handrail.mcp.auth import ApiKeyAuthenticator
-from handrail.mcp.keys import ApiKeys
 from handrail.server import create_app
-from handrail.server.config import HandrailConfig, ServerConfig
-from handrail.server.operations import Operations
-from handrail.server.services import Services
-from handrail.telemetry import Telemetry, attributes
+from handrail.telemetry import attributes
 from handrail.telemetry.propagation import TraceRequests
 
 pytestmark = pytest.mark.anyio
-
-_ids = itertools.count(1)
 
 
 @pytest.fixture
@@ -46,21 +42,6 @@ def app(rec: Recording) -> Iterator[Handrail]:
     made = traced_app(rec.telemetry)
     yield made
     made.close()
-
-
-def _services(app: Handrail, telemetry: Telemetry | None) -> Services:
-    clock = SystemClock()
-    return Services(
-        config=ServerConfig(handrail=HandrailConfig(registry="examples.payments")),
-        handrail=app,
-        bearer=ApiKeyAuthenticator(ApiKeys(app.store, clock=clock)),
-        operations=Operations(app, clock=clock),
-        people=None,
-        clock=clock,
-        worker_id="test-worker",
-        new_id=lambda: f"id{next(_ids)}",
-        telemetry=telemetry,
-    )
 
 
 def _turn(*texts: str) -> dict[str, Any]:
@@ -83,7 +64,7 @@ def _between(span: ReadableSpan, top: ReadableSpan, spans: tuple[ReadableSpan, .
 async def test_a_turn_posted_with_a_traceparent_runs_under_the_request_span_of_that_trace(
     app: Handrail, rec: Recording
 ) -> None:
-    services = _services(app, rec.telemetry)
+    services = services_for(app, rec.telemetry)
     token = key_for(services)
     async with asgi_client(create_app(services), token) as client:
         answer = await client.post(
@@ -111,7 +92,7 @@ async def test_a_turn_posted_with_a_traceparent_runs_under_the_request_span_of_t
 async def test_a_refused_request_is_in_its_span_without_being_an_error(
     app: Handrail, rec: Recording
 ) -> None:
-    services = _services(app, rec.telemetry)
+    services = services_for(app, rec.telemetry)
     async with asgi_client(create_app(services)) as client:
         answer = await client.post(
             "/v1/calls/anthropic", json=_turn("x"), headers={"traceparent": REMOTE.traceparent}
@@ -125,7 +106,7 @@ async def test_a_refused_request_is_in_its_span_without_being_an_error(
 
 
 async def test_health_probes_make_no_spans(app: Handrail, rec: Recording) -> None:
-    async with asgi_client(create_app(_services(app, rec.telemetry))) as client:
+    async with asgi_client(create_app(services_for(app, rec.telemetry))) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
 
@@ -135,9 +116,72 @@ async def test_health_probes_make_no_spans(app: Handrail, rec: Recording) -> Non
 async def test_without_telemetry_no_tracing_middleware_is_in_the_stack(
     app: Handrail, rec: Recording
 ) -> None:
-    traced = create_app(_services(app, rec.telemetry))
-    plain = create_app(_services(app, None))
+    traced = create_app(services_for(app, rec.telemetry))
+    plain = create_app(services_for(app, None))
 
-    assert TraceRequests in [m.cls for m in traced.user_middleware]
-    assert TraceRequests not in [m.cls for m in plain.user_middleware]
+    traced_classes: list[object] = [m.cls for m in traced.user_middleware]
+    plain_classes: list[object] = [m.cls for m in plain.user_middleware]
+    assert TraceRequests in traced_classes
+    assert TraceRequests not in plain_classes
     assert len(plain.user_middleware) == len(traced.user_middleware) - 1
+
+
+_GLOBAL_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # what an application that traces itself does
+
+from _edge_traces import REMOTE, services_for, traced_app
+from _service import asgi_client, key_for
+from handrail.server import create_app
+from handrail.telemetry import Telemetry
+
+telemetry = Telemetry()  # on the global provider, as the environment gives it then
+services = services_for(traced_app(telemetry), telemetry)
+token = key_for(services)
+
+async def main():
+    async with asgi_client(create_app(services), token) as client:
+        answer = await client.get(
+            "/v1/executions/hk-secret-key-7",
+            params={"user": "bob@example.com"},
+            headers={"traceparent": REMOTE.traceparent},
+        )
+    return answer.status_code
+
+status = asyncio.run(main())
+spans = [
+    {"name": s.name, "kind": s.kind.name, "attributes": dict(s.attributes or {})}
+    for s in exporter.get_finished_spans()
+]
+print(json.dumps({"status": status, "spans": spans}))
+"""
+
+
+def test_with_a_global_provider_each_request_has_one_span_naming_no_path_or_query() -> None:
+    # FastAPI traces by itself whenever a global provider is set, recording the path
+    # and the query: here an idempotency key and a user's address. Not in this service.
+    here = Path(__file__).parent
+    done = subprocess.run(  # noqa: S603 - our own interpreter and a fixed script
+        [sys.executable, "-c", _GLOBAL_PROVIDER],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=here.parents[1],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])},
+    )
+    found = json.loads(done.stdout.splitlines()[-1])
+
+    servers = [s for s in found["spans"] if s["kind"] == "SERVER"]
+    assert [s["name"] for s in servers] == ["GET /v1/executions/{key}"]
+    assert found["status"] in {403, 404}
+    assert "hk-secret-key-7" not in done.stdout
+    assert "bob@example.com" not in done.stdout

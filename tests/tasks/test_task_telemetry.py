@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from _dbos_host import FileHost, script_body, wait_for_async
 from _dbos_setup import submission
-from _edge_traces import REMOTE, Recording, chain, recording
 from opentelemetry.trace import SpanKind, StatusCode
 
+from _edge_traces import REMOTE, Recording, chain, recording
 from handrail import Gate, Principal, Registry, RiskLevel, ToolCall, ToolContext, tool
 from handrail.errors import NotFound
 from handrail.spec import TaskMode
