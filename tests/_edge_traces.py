@@ -1,19 +1,22 @@
 """Shared parts of the trace-context tests: spans kept in memory, a remote parent, an app.
 
 `recording()` is a Telemetry over the SDK with an in-memory exporter (never a global
-provider). `REMOTE` is a caller in another process: its `traceparent`, trace id and
-span id. `traced_app(telemetry)` is a Handrail application whose gate has the telemetry
-and whose tool `edge.echo` opens a span of its own while it runs, so a test can follow
-the chain from inside the tool up to whatever crossed the boundary, whichever spans
-the gate makes in between; `services_for(app, telemetry)` serves it (`create_app`).
+provider); the fixture `rec` gives one per test and `traced` a `traced_app` over it
+(imported by the conftests of the tests that use them). `REMOTE` is a caller in
+another process: its `traceparent`, trace id and span id. `traced_app(telemetry)` is a
+Handrail application whose gate has the telemetry and whose tool `edge.echo` opens a
+span of its own while it runs, so a test can follow the chain from inside the tool up
+to whatever crossed the boundary, whichever spans the gate makes in between;
+`services_for(app, telemetry)` serves it (`create_app`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -134,3 +137,19 @@ def services_for(app: Handrail, telemetry: Telemetry | None) -> Services:
         new_id=lambda: f"id{next(_ids)}",
         telemetry=telemetry,
     )
+
+
+@pytest.fixture
+def rec() -> Iterator[Recording]:
+    """Spans kept in memory for one test; the provider is shut down after it."""
+    made = recording()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def traced(rec: Recording) -> Iterator[Handrail]:
+    """`traced_app` over the test's recording."""
+    made = traced_app(rec.telemetry)
+    yield made
+    made.close()

@@ -12,7 +12,6 @@ the clients here have no current span, so no context can leak in process either.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,7 @@ from _edge_traces import (
     REMOTE,
     Recording,
     chain,
-    recording,
     root_parent,
-    traced_app,
 )
 from _mcp_http import client, running
 from handrail import Handrail, Principal, ToolCall
@@ -51,20 +48,6 @@ pytestmark = pytest.mark.anyio
 ALICE = Principal(user_id="alice", tenant_id="t1")
 WAIT = 60.0
 UPSTREAM = Path(__file__).with_name("_traced_upstream.py")
-
-
-@pytest.fixture
-def rec() -> Iterator[Recording]:
-    made = recording()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def app(rec: Recording) -> Iterator[Handrail]:
-    made = traced_app(rec.telemetry)
-    yield made
-    made.close()
 
 
 @pytest.fixture
@@ -96,10 +79,10 @@ async def _echo(
 
 
 async def test_a_traceparent_header_parents_the_request_span_and_the_call_under_it(
-    app: Handrail, keys: ApiKeys, rec: Recording
+    traced: Handrail, keys: ApiKeys, rec: Recording
 ) -> None:
     token = keys.create(ALICE).key
-    with _served(app, keys, rec.telemetry) as served:
+    with _served(traced, keys, rec.telemetry) as served:
         await _echo(served.resource_url, token, traceparent=REMOTE.traceparent)
 
     spans = rec.spans()
@@ -114,10 +97,10 @@ async def test_a_traceparent_header_parents_the_request_span_and_the_call_under_
 
 
 async def test_a_traceparent_in_the_requests_meta_wins_over_the_header(
-    app: Handrail, keys: ApiKeys, rec: Recording
+    traced: Handrail, keys: ApiKeys, rec: Recording
 ) -> None:
     token = keys.create(ALICE).key
-    with _served(app, keys, rec.telemetry) as served:
+    with _served(traced, keys, rec.telemetry) as served:
         await _echo(
             served.resource_url,
             token,
@@ -131,10 +114,10 @@ async def test_a_traceparent_in_the_requests_meta_wins_over_the_header(
 
 
 async def test_the_meta_alone_parents_the_call_without_any_request_span(
-    app: Handrail, keys: ApiKeys, rec: Recording
+    traced: Handrail, keys: ApiKeys, rec: Recording
 ) -> None:
     token = keys.create(ALICE).key
-    with _served(app, keys, None) as served:
+    with _served(traced, keys, None) as served:
         await _echo(served.resource_url, token, meta=_meta(OTHER.traceparent))
 
     inside = rec.named(INSIDE)
@@ -144,9 +127,9 @@ async def test_the_meta_alone_parents_the_call_without_any_request_span(
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_the_meta_parents_the_call_in_process_in_both_protocol_eras(
-    app: Handrail, rec: Recording, mode: str
+    traced: Handrail, rec: Recording, mode: str
 ) -> None:
-    server = GatedServer(app, principal=fixed_principal(ALICE))
+    server = GatedServer(traced, principal=fixed_principal(ALICE))
     async with Client(server.lowlevel, mode=mode, cache=None) as connected:
         with anyio.fail_after(WAIT):
             await connected.call_tool("edge.echo", {"text": "hi"}, meta=_meta(OTHER.traceparent))
@@ -158,10 +141,10 @@ async def test_the_meta_parents_the_call_in_process_in_both_protocol_eras(
 
 
 def test_without_telemetry_the_http_app_has_no_tracing_middleware(
-    app: Handrail, keys: ApiKeys, rec: Recording
+    traced: Handrail, keys: ApiKeys, rec: Recording
 ) -> None:
     def built(telemetry: Telemetry | None) -> list[object]:
-        server = GatedServer(app, principal=principal_from_request)
+        server = GatedServer(traced, principal=principal_from_request)
         made = http_app(
             server,
             ApiKeyAuthenticator(keys),
@@ -179,20 +162,20 @@ def test_without_telemetry_the_http_app_has_no_tracing_middleware(
 
 
 async def test_the_proxy_sends_the_span_current_while_its_tool_runs_upstream_in_the_meta(
-    app: Handrail, rec: Recording
+    traced: Handrail, rec: Recording
 ) -> None:
     proxy = McpProxy(
         Upstream(StdioUpstream(command=sys.executable, args=(str(UPSTREAM),))),
         parse_policy({"unlisted": "hide", "tools": {"trace": {"risk": "L1"}}}),
         PinBook(MemoryStore()),
-        app.registry,
+        traced.registry,
         namespace="up",
         approve_new=True,
     )
     try:
         await proxy.sync()
         with rec.telemetry.tracer.start_as_current_span("host turn"):
-            envelope = await app.gate.handle(
+            envelope = await traced.gate.handle(
                 ToolCall(id="c1", name="up.trace", arguments={}), ALICE
             )
     finally:

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +20,13 @@ from _service import asgi_client, key_for
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from _edge_traces import INSIDE, REMOTE, Recording, chain, recording, services_for, traced_app
+from _edge_traces import INSIDE, REMOTE, Recording, chain, services_for
 from handrail.app import Handrail
 from handrail.server import create_app
 from handrail.telemetry import attributes
 from handrail.telemetry.propagation import TraceRequests
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def rec() -> Iterator[Recording]:
-    made = recording()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def app(rec: Recording) -> Iterator[Handrail]:
-    made = traced_app(rec.telemetry)
-    yield made
-    made.close()
 
 
 def _turn(*texts: str) -> dict[str, Any]:
@@ -62,9 +47,9 @@ def _between(span: ReadableSpan, top: ReadableSpan, spans: tuple[ReadableSpan, .
 
 
 async def test_a_turn_posted_with_a_traceparent_runs_under_the_request_span_of_that_trace(
-    app: Handrail, rec: Recording
+    traced: Handrail, rec: Recording
 ) -> None:
-    services = services_for(app, rec.telemetry)
+    services = services_for(traced, rec.telemetry)
     token = key_for(services)
     async with asgi_client(create_app(services), token) as client:
         answer = await client.post(
@@ -90,9 +75,9 @@ async def test_a_turn_posted_with_a_traceparent_runs_under_the_request_span_of_t
 
 
 async def test_a_refused_request_is_in_its_span_without_being_an_error(
-    app: Handrail, rec: Recording
+    traced: Handrail, rec: Recording
 ) -> None:
-    services = services_for(app, rec.telemetry)
+    services = services_for(traced, rec.telemetry)
     async with asgi_client(create_app(services)) as client:
         answer = await client.post(
             "/v1/calls/anthropic", json=_turn("x"), headers={"traceparent": REMOTE.traceparent}
@@ -105,8 +90,8 @@ async def test_a_refused_request_is_in_its_span_without_being_an_error(
     assert [s.name for s in rec.spans()] == ["POST /v1/calls/{wire}"]  # nothing ran
 
 
-async def test_health_probes_make_no_spans(app: Handrail, rec: Recording) -> None:
-    async with asgi_client(create_app(services_for(app, rec.telemetry))) as client:
+async def test_health_probes_make_no_spans(traced: Handrail, rec: Recording) -> None:
+    async with asgi_client(create_app(services_for(traced, rec.telemetry))) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
 
@@ -114,16 +99,16 @@ async def test_health_probes_make_no_spans(app: Handrail, rec: Recording) -> Non
 
 
 async def test_without_telemetry_no_tracing_middleware_is_in_the_stack(
-    app: Handrail, rec: Recording
+    traced: Handrail, rec: Recording
 ) -> None:
-    traced = create_app(services_for(app, rec.telemetry))
-    plain = create_app(services_for(app, None))
+    with_telemetry = create_app(services_for(traced, rec.telemetry))
+    plain = create_app(services_for(traced, None))
 
-    traced_classes: list[object] = [m.cls for m in traced.user_middleware]
+    traced_classes: list[object] = [m.cls for m in with_telemetry.user_middleware]
     plain_classes: list[object] = [m.cls for m in plain.user_middleware]
     assert TraceRequests in traced_classes
     assert TraceRequests not in plain_classes
-    assert len(plain.user_middleware) == len(traced.user_middleware) - 1
+    assert len(plain.user_middleware) == len(with_telemetry.user_middleware) - 1
 
 
 _GLOBAL_PROVIDER = """

@@ -11,7 +11,7 @@ runs it on its own thread and event loop. Without telemetry nothing is carried.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from _dbos_host import FileHost, script_body, wait_for_async
 from _dbos_setup import submission
 from opentelemetry.trace import SpanKind, StatusCode
 
-from _edge_traces import REMOTE, Recording, chain, recording
+from _edge_traces import REMOTE, Recording, chain
 from handrail import Gate, Principal, Registry, RiskLevel, ToolCall, ToolContext, tool
 from handrail.errors import NotFound
 from handrail.spec import TaskMode
@@ -37,13 +37,6 @@ pytestmark = pytest.mark.anyio
 
 ALICE = Principal(user_id="alice", tenant_id="t1", permissions=frozenset({"reports.run"}))
 BODY = "body work"
-
-
-@pytest.fixture
-def rec() -> Iterator[Recording]:
-    made = recording()
-    yield made
-    made.close()
 
 
 def _world(telemetry: Telemetry | None, tracer_of: Recording) -> tuple[Gate, InMemoryTaskRunner]:
