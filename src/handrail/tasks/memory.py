@@ -207,16 +207,17 @@ class InMemoryTaskRunner:
 
     async def _run(self, submission: TaskSubmission) -> None:
         limit = self._limits.get(submission.queue)
-        with task_trace(self._telemetry, submission) as trace:
-            if limit is None:
-                await self._attempts(submission, trace)
-                return
-            async with limit:
-                await self._attempts(submission, trace)
+        if limit is None:
+            await self._attempts(submission)
+            return
+        async with limit:
+            await self._attempts(submission)
 
-    async def _attempts(self, submission: TaskSubmission, trace: TaskTrace) -> None:
-        while await self._attempt(submission, trace):
-            pass
+    async def _attempts(self, submission: TaskSubmission) -> None:
+        # The run's span starts once the task holds its queue's place: it measures work.
+        with task_trace(self._telemetry, submission) as trace:
+            while await self._attempt(submission, trace):
+                pass
 
     async def _attempt(self, submission: TaskSubmission, trace: TaskTrace) -> bool:
         """One attempt of a task; True when another attempt follows (after its backoff)."""

@@ -3,9 +3,11 @@
 Owns reading and writing `traceparent` / `tracestate` (the W3C format alone, through the
 API's own propagator; baggage is neither read nor written: it is unbounded and often
 carries user data) and `TraceRequests`, the ASGI middleware that makes each HTTP request
-a SERVER span whose parent is the caller's `traceparent`. A carrier that names no valid
-parent gives None, so the caller falls back to what is current rather than orphaning a
-span. Never configures a provider or the global propagator.
+a SERVER span whose parent is the caller's `traceparent` (not FastAPI's own request
+spans: they record each path and query, which carry idempotency keys and references).
+A carrier that names no valid parent gives None, so the caller falls back to what is
+current rather than orphaning a span. Never configures a provider or the global
+propagator.
 """
 
 from __future__ import annotations
@@ -111,11 +113,11 @@ class TraceRequests:
 
     The span is current while the app answers, so what the request does (the gate's
     `execute_tool` spans) nests under it. It is named `{method} {route}` once the
-    router matched (`http.route` is the template, never the path: a path may carry a
-    bearer-like reference), and has the response's status code; a 5xx or an exception
-    is an error (the exception's type only, never its message). Requests to
-    `untraced` paths (health probes) and non-HTTP scopes pass through untouched.
-    Add it only when there is telemetry: without, nothing of it runs.
+    router matched (`http.route` is the template, never the path: a path may carry an
+    idempotency key or a raw result's reference; nor the query), and has the response's
+    status code. A 5xx or an exception is an error (the exception's type only, never
+    its message). Requests to `untraced` paths (health probes) and non-HTTP scopes pass
+    through untouched. Add it only when there is telemetry: without, nothing of it runs.
     """
 
     def __init__(self, app: ASGIApp, *, telemetry: Telemetry, untraced: Iterable[str] = ()) -> None:
@@ -183,9 +185,10 @@ def _answered(span: Span, scope: Scope, method: str, status: int, failure: str |
 def _route(scope: Scope) -> str | None:
     """The matched route's template, prefixes included (`{param}`, no converters), or None.
 
-    FastAPI keeps an included router's route, whose own path lacks the prefixes, with
-    its whole template in its scope entry; a Starlette router leaves the matched route
-    in `scope["route"]`. A template never holds a value from the request.
+    FastAPI (0.165) keeps an included router's route, whose own path lacks the
+    prefixes, with its whole template in its own scope entry (the service's tests pin
+    the names this gives); a Starlette router leaves the matched route in
+    `scope["route"]`. A template never holds a value from the request.
     """
     fastapi = scope.get("fastapi")
     matched = fastapi.get("effective_route_context") if isinstance(fastapi, dict) else None
