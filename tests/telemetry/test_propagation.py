@@ -16,6 +16,10 @@ import httpx
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,7 +28,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from _edge_traces import OTHER, REMOTE, Recording, recording
-from handrail.telemetry import attributes
+from handrail.telemetry import Telemetry, attributes
 from handrail.telemetry.propagation import (
     TraceRequests,
     context_of,
@@ -228,6 +232,27 @@ async def test_an_unmatched_route_is_named_by_its_method_and_an_odd_method_as_ot
     assert attributes.HTTP_ROUTE not in (nowhere.attributes or {})
     assert brew.name == "HTTP"
     assert (brew.attributes or {})[attributes.HTTP_REQUEST_METHOD] == "_OTHER"
+
+
+async def test_a_sampled_out_request_records_nothing_but_carries_its_trace_on() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    carried: list[dict[str, str]] = []
+
+    async def inner(_scope: Scope, _receive: Receive, send: Send) -> None:
+        carried.append(current())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    app = TraceRequests(inner, telemetry=Telemetry(tracer_provider=provider))
+    async with _client(app, traceparent=REMOTE.traceparent) as client:
+        assert (await client.get("/anything")).status_code == 200
+    provider.shutdown()
+
+    assert exporter.get_finished_spans() == ()
+    assert _ids(extract(carried[0]))[0] == REMOTE.trace_id
+    assert carried[0]["traceparent"].endswith("-00")  # not sampled, as decided here
 
 
 async def test_probes_and_scopes_that_are_not_http_make_no_span(rec: Recording) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -141,6 +142,15 @@ class TraceRequests:
                 attributes.NETWORK_PROTOCOL_VERSION: scope.get("http_version", "1.1"),
             },
         )
+        if not span.is_recording():
+            # Sampled out (or a no-op provider): nothing to record, but the context
+            # still travels on (tasks, upstreams) with the caller's trace.
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                await self._app(scope, receive, send)
+            finally:
+                otel_context.detach(token)
+            return
         status = 0
         failure: str | None = None
 
