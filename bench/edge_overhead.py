@@ -14,8 +14,10 @@ Cases, measured in the same rounds (interleaved, order rotated):
 - `sdk`: the SDK with a simple processor and an in-memory exporter (every span made,
   ended and exported), for information.
 
-Reported: the median and minimum over rounds of µs per request, and the median of the
-same-round ratio to `none`. Nothing here asserts a time.
+The same three again around an ASGI app that only answers 200 (`bare ...`) show the
+middleware's own cost, without the noise of the whole request. Reported: the median
+and minimum over rounds of µs per request, and the median of the same-round ratio to
+the group's `none`. Nothing here asserts a time.
 
     .venv/bin/python bench/edge_overhead.py [--rounds 15] [--requests 400] [--json out.json]
 """
@@ -49,6 +51,7 @@ from handrail.server.operations import Operations
 from handrail.server.services import Services
 from handrail.store import MemoryStore
 from handrail.telemetry import Telemetry
+from handrail.telemetry.propagation import TraceRequests
 
 BODY = json.dumps(
     {
@@ -66,6 +69,8 @@ class Case:
     token: str
     clear: Callable[[], None] = lambda: None
     samples: list[float] = field(default_factory=list)
+    reference: Case | None = None
+    """The group's `none` case, which ratios are read against (None: this is it)."""
 
 
 def _app(telemetry: Telemetry | None) -> tuple[Any, str]:
@@ -142,19 +147,33 @@ async def _request(app: Any, token: str) -> int:
     return status
 
 
+async def _bare(_scope: Any, _receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
 def _cases() -> list[Case]:
-    cases = []
-    app, token = _app(None)
-    cases.append(Case(name="none", app=app, token=token))
-    noop = Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
-    app, token = _app(noop)
-    cases.append(Case(name="no-op", app=app, token=token))
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    app, token = _app(Telemetry(tracer_provider=provider))
-    cases.append(Case(name="sdk", app=app, token=token, clear=exporter.clear))
-    return cases
+    telemetries = {
+        "none": None,
+        "no-op": Telemetry(
+            tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
+        ),
+        "sdk": Telemetry(tracer_provider=provider),
+    }
+    service: list[Case] = []
+    bare: list[Case] = []
+    for name, telemetry in telemetries.items():
+        app, token = _app(telemetry)
+        service.append(Case(name=name, app=app, token=token, clear=exporter.clear))
+        traced = _bare if telemetry is None else TraceRequests(_bare, telemetry=telemetry)
+        bare.append(Case(name=f"bare {name}", app=traced, token=token, clear=exporter.clear))
+    for group in (service, bare):
+        for case in group[1:]:
+            case.reference = group[0]
+    return [*service, *bare]
 
 
 async def measure(rounds: int, requests: int) -> list[Case]:
@@ -185,11 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     cases = asyncio.run(measure(args.rounds, args.requests))
-    reference = cases[0].samples
     found = {
         case.name: {
             **dataclasses.asdict(summary(case.samples)),
-            "ratio_to_none": same_round_ratio(case.samples, reference),
+            "ratio_to_none": same_round_ratio(case.samples, (case.reference or case).samples),
         }
         for case in cases
     }
@@ -202,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name, data in found.items()
     ]
-    header = ("POST /v1/calls, telemetry", "median µs", "min µs", "x none")
+    header = ("POST /v1/calls: telemetry", "median µs", "min µs", "x its none")
     print(table(header, body, title=f"{args.rounds} rounds x {args.requests} requests"))
     if args.json is not None:
         facts = environment_facts(
