@@ -9,6 +9,7 @@ import pytest
 from _resources import any_services  # noqa: F401 - the fixture over SQLite and PostgreSQL
 from _service import build_services
 
+from _edge_traces import rec, traced  # noqa: F401 - spans in memory, a traced app
 from handrail.server.services import Services
 from handrail.store import open_store
 

@@ -6,6 +6,12 @@ an expired one is a 401 with `WWW-Authenticate`, and nothing runs. Host and Orig
 checked before the token is even read (DNS-rebinding protection: 421 for a Host and
 403 for an Origin that is not allowed). `serve_http` runs it with uvicorn, bound to
 127.0.0.1 unless told otherwise. No protocol code here: the SDK does all of it.
+
+Trace context: with `telemetry`, each HTTP request is a SERVER span whose parent is
+its `traceparent` header (`TraceRequests`), current while the SDK handles the message
+(the SDK runs a request's handler in the context of the HTTP request that carried it).
+A `traceparent` in the request's `params._meta` wins: the SDK's own middleware reads
+it. Without telemetry nothing of this runs.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from handrail.telemetry import Telemetry
 
 __all__ = [
     "after_lifespan",
@@ -65,6 +73,7 @@ def http_app(
     allowed_origins: Sequence[str] = (),
     authorization_server: str | None = None,
     json_response: bool = False,
+    telemetry: Telemetry | None = None,
 ) -> Starlette:
     """The Starlette app serving `server` at the path of `resource_url`, behind `authenticator`.
 
@@ -74,6 +83,7 @@ def http_app(
     `allowed_origins` (requests without an Origin, such as non-browser clients, pass).
     `authorization_server` is announced in the protected-resource metadata (default:
     the resource itself, for API keys, which have no authorization server).
+    `telemetry` traces each request under its caller's `traceparent` (see above).
     """
     parts = urlsplit(resource_url)
     if parts.scheme not in {"http", "https"} or not parts.hostname or not parts.path:
@@ -104,8 +114,13 @@ def http_app(
     )
     cap_sessions_per_principal(lowlevel.session_manager, SESSIONS_PER_PRINCIPAL)
     app.add_middleware(UnavailableAs503)  # an authenticator that failed: 503, not 500
-    # Outermost: Host and Origin are refused before any token is looked at.
+    # Outside the rest: Host and Origin are refused before any token is looked at.
     app.add_middleware(_HostOriginGuard, settings=security)
+    if telemetry is not None:
+        # Outermost: every answer is in its request's span, refusals included.
+        from handrail.telemetry.propagation import TraceRequests  # noqa: PLC0415 - telemetry on
+
+        app.add_middleware(TraceRequests, telemetry=telemetry)
     return app
 
 
@@ -181,13 +196,15 @@ async def serve_http(
     log_level: str = "warning",
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
     stop: asyncio.Event | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     """Serve over Streamable HTTP until interrupted (or `stop` is set); 127.0.0.1 by default.
 
     `sock` is an already bound socket to serve on (its port then wins over `port`).
     `resource_url` defaults to http://host:port/mcp. `on_shutdown` runs once the last
     connection is closed, inside the server's lifespan: uvicorn re-raises the signal
-    that stopped it only after that, so the work is not cut short.
+    that stopped it only after that, so the work is not cut short. `telemetry` traces
+    each request (`http_app`).
     """
     if sock is not None:
         host, port = sock.getsockname()[:2]
@@ -200,6 +217,7 @@ async def serve_http(
         allowed_hosts=allowed_hosts,
         allowed_origins=allowed_origins,
         authorization_server=authorization_server,
+        telemetry=telemetry,
     )
     if on_shutdown is not None:
         app.router.lifespan_context = after_lifespan(app.router.lifespan_context, on_shutdown)

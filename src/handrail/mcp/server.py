@@ -15,6 +15,11 @@ progress notifications for tools that report progress (when the client asked),
 cancellation of a running call (the SDK cancels the handler; the gate and the write
 rules decide what that means), and, for a write that needs confirmation, a URL-mode
 elicitation offering the application's confirmation page where the client supports it.
+
+Trace context: the SDK's own middleware (on by default) makes the `traceparent` of a
+request's `params._meta` current while it is handled, so the gate's spans of a call are
+children of the client's span; over Streamable HTTP, `http_app(telemetry=...)` also
+reads the request's headers. Nothing here reads or writes it.
 """
 
 from __future__ import annotations

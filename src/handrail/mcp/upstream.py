@@ -8,6 +8,8 @@ reached (`unavailable`), or sends more than `max_message_bytes` in one message
 memory). After a failure the connection is closed and the next use opens a new one
 (`on_connect` sees the tools of each new connection before anything is called). It
 never decides whether a tool may run: what it lists and returns is untrusted data.
+The SDK's client puts the span current at each call (the gate's, while an imported
+tool runs) in the request's `params._meta` as `traceparent` (stdio and HTTP alike).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 `create_app(services)` wires the routers, the answers to refusals and the three
 middlewares every request passes (`HostAllowList` against DNS rebinding, `BodyLimit`,
-then `IdempotencyKeys`); it opens nothing (`open_services` does). Every refusal is
+then `IdempotencyKeys`), and, outside them when the services have telemetry,
+`TraceRequests` (a SERVER span per request, parented by its `traceparent`; health
+probes untraced); it opens nothing (`open_services` does). Every refusal is
 a problem body (`problems.problem`) with its stable code: AccessRefusedError and its
 kin keep their code, an authentication failure is 401 UNAUTHENTICATED, a StoreError
 503 UNAVAILABLE. A failure nobody expected is a 500 whose body names nothing internal.
@@ -42,6 +44,10 @@ def create_app(services: Services) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        # FastAPI's own spans (made whenever a global provider is set) would record each
+        # request's path and query, which carry idempotency keys and raw references, and
+        # its logs exception messages: requests are traced by TraceRequests alone.
+        telemetry={"tracing": False, "logs": False},
     )
     app.state.services = services
     app.include_router(health.router)
@@ -57,6 +63,11 @@ def create_app(services: Services) -> FastAPI:
         BodyLimit, max_bytes=http.max_body_bytes, timeout_seconds=http.request_timeout_seconds
     )
     app.add_middleware(HostAllowList, hosts=allowed_hosts(http.host, http.public_url))
+    if services.telemetry is not None:
+        # Outermost: every answer is in its request's span, refusals included.
+        from handrail.telemetry.propagation import TraceRequests  # noqa: PLC0415 - telemetry on
+
+        app.add_middleware(TraceRequests, telemetry=services.telemetry, untraced=health.PROBES)
     return app
 
 

@@ -2,9 +2,10 @@
 
 `Services` is a frozen bundle (no globals): the application (`Handrail`: registry, gate,
 writes, store, audit), the bearer authenticator for machine clients, the people's
-authority for the console, the operations both faces share, the clock and this
-worker's id. `open_services(config)` opens them from a `ServerConfig` and closes them
-on exit; tests build a `Services` from parts they made themselves.
+authority for the console, the operations both faces share, the clock, this worker's
+id and its telemetry. `open_services(config)` opens them from a `ServerConfig` (the
+telemetry from the standard `OTEL_*` variables, once) and closes them on exit; tests
+build a `Services` from parts they made themselves.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from handrail.credentials import SecretProvider
     from handrail.mcp.auth import Authenticator
     from handrail.server.operations import Operations
+    from handrail.telemetry import Telemetry
     from handrail.writes.confirmation import Keyring
 
 __all__ = [
@@ -95,6 +97,8 @@ class Services:
     new_id: Callable[[], str]
     probes: Mapping[str, Probe] = field(default_factory=lambda: MappingProxyType({}))
     """Parts besides the store that /readyz checks, by name (Redis when configured)."""
+    telemetry: Telemetry | None = None
+    """Where the service's traces and metrics go (a SERVER span per request); None: nowhere."""
 
 
 @asynccontextmanager
@@ -112,7 +116,8 @@ async def open_services(
     hold across workers (guard counts, secret handles, run leases; limits in Redis when
     `redis` is set) goes through `server.shared`; the console's people are served when
     the console is on; ended sessions and expired idempotency records are purged in the
-    background. ConfigurationError says what is wrong.
+    background. The telemetry is built once from `environ`'s `OTEL_*` variables and
+    shared by the request spans and the application. ConfigurationError says what is wrong.
     """
     from handrail.mcp.auth import bearer_authenticator  # noqa: PLC0415 - loads the mcp SDK
     from handrail.server.console.people import ConsolePeople  # noqa: PLC0415 - argon2
@@ -125,9 +130,13 @@ async def open_services(
     if (config.auth.jwt_issuer is None) != (config.auth.jwks is None):
         raise ConfigurationError("[auth] jwt_issuer and jwks (the JWKS file) go together")
     application = load_application(config.handrail.registry)
-    keyring = keyring_from(config.handrail.keyring, os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    keyring = keyring_from(config.handrail.keyring, env)
     worker_id = config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    telemetry = _telemetry_from(env)
     async with AsyncExitStack() as stack:
+        # MERGE(tele-core): `if telemetry is not None: stack.callback(telemetry.shutdown)`
+        # (flushes what the providers built from the environment still hold).
         store = await asyncio.to_thread(
             open_store, config.handrail.store, migrate=config.handrail.migrate
         )
@@ -155,6 +164,7 @@ async def open_services(
             keyring=keyring,
             clock=clock,
             **shared.handrail_options(),
+            # MERGE(tele-core): pass `telemetry=telemetry,` here (Handrail.open takes it there).
         )
         stack.push_async_callback(app.aclose)
         bearer = bearer_authenticator(
@@ -188,7 +198,21 @@ async def open_services(
             worker_id=worker_id,
             new_id=new_id or (lambda: uuid.uuid4().hex),
             probes=MappingProxyType(probes),
+            telemetry=telemetry,
         )
+
+
+def _telemetry_from(environ: Mapping[str, str]) -> Telemetry | None:
+    """The service's telemetry as the standard `OTEL_*` variables configure it; None for none.
+
+    Imported here, when serving: `handrail --help` loads no part of OpenTelemetry.
+    """
+    from handrail.telemetry import Telemetry  # noqa: PLC0415 - only when serving
+
+    try:
+        return Telemetry.from_environment(environ)
+    except NotImplementedError:  # MERGE(tele-core): delete; from_environment is a stub here
+        return None
 
 
 def load_application(target: str) -> Application:

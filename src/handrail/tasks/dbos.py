@@ -21,12 +21,14 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.clock import Clock, SystemClock
 from handrail.errors import ConfigurationError, ErrorCode
 from handrail.principal import Principal
+from handrail.tasking import TaskState
 from handrail.tasks import _dbos_edge as edge
+from handrail.tasks._telemetry import TaskTrace, stamped, task_trace
 from handrail.tasks.runner import (
     TaskBody,
     TaskCancelled,
@@ -36,6 +38,9 @@ from handrail.tasks.runner import (
     TaskSubmission,
     task_failure,
 )
+
+if TYPE_CHECKING:
+    from handrail.telemetry import Telemetry
 
 __all__ = ["DbosTaskRunner", "TaskQueue"]
 
@@ -63,6 +68,10 @@ class DbosTaskRunner:
     claims each on its record (compare-and-set: one claimant) and has DBOS re-enqueue
     it from the dead worker (one live worker dequeues it). `lease_seconds=None` turns
     this off; then only `adopt` and a restart under the same id recover.
+
+    With `telemetry`, a submission carries its submitter's trace context in the
+    workflow's input (so it survives the queue, a restart and a takeover), and every
+    run of a task on a worker is a span under it (`handrail.tasks._telemetry`).
     """
 
     def __init__(
@@ -78,6 +87,7 @@ class DbosTaskRunner:
         application_version: str = _DEFAULT_VERSION,
         clock: Clock | None = None,
         lease_seconds: float | None = 30.0,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if lease_seconds is not None and lease_seconds <= 0:
             raise ValueError("a task lease needs lease_seconds > 0 (or None: no takeover)")
@@ -100,6 +110,7 @@ class DbosTaskRunner:
         self._started = False
         self._lease = lease_seconds
         self._watcher: asyncio.Task[None] | None = None
+        self._telemetry = telemetry
 
     @property
     def worker_id(self) -> str:
@@ -189,6 +200,8 @@ class DbosTaskRunner:
             raise ValueError(f"unknown task queue {submission.queue!r}")
         if submission.tool not in self._bodies:
             raise ValueError(f"no task body registered for tool {submission.tool!r}")
+        if self._telemetry is not None:
+            submission = stamped(submission)
         return await edge.enqueue(submission.queue, submission.task_id, submission.to_json())
 
     async def cancel(self, task_id: str) -> bool:
@@ -214,11 +227,17 @@ class DbosTaskRunner:
 
     async def _run(self, submission_json: str) -> None:
         submission = TaskSubmission.from_json(submission_json)
+        with task_trace(self._telemetry, submission) as trace:
+            await self._attempts(submission, trace)
+
+    async def _attempts(self, submission: TaskSubmission, trace: TaskTrace) -> None:
         host, task_id = self._host, submission.task_id
         body = self._bodies.get(submission.tool)
         if body is None:  # a worker deployed without this tool: fail it, loudly
             _log.error("task %s: no body registered for tool %r", task_id, submission.tool)
-            await host.failed(task_id, TaskFailure(code=ErrorCode.FAILED_FINAL, retryable=False))
+            failure = TaskFailure(code=ErrorCode.FAILED_FINAL, retryable=False)
+            await host.failed(task_id, failure)
+            trace.ended(TaskState.FAILED, failure)
             return
         run = _Execution()
         beating = None
@@ -231,6 +250,7 @@ class DbosTaskRunner:
                 attempt = scope.attempt
                 if not await host.begin(task_id, attempt=attempt, worker=self.worker_id):
                     return
+                trace.attempt(attempt)
                 try:
                     result = await body(submission.arguments, scope)
                 except (TaskCancelled, TaskExpired):
@@ -240,6 +260,7 @@ class DbosTaskRunner:
                     if not failure.retryable or index == submission.max_attempts:
                         _log.info("task %s failed: %r", task_id, exc)
                         await host.failed(task_id, failure)
+                        trace.ended(TaskState.FAILED, failure)
                         return
                     delay = submission.retry_delay(index, failure.retry_after)
                     retry_at = self._clock.now() + timedelta(seconds=delay)
@@ -249,16 +270,20 @@ class DbosTaskRunner:
                     await edge.sleep(delay)
                     continue
                 await host.succeeded(task_id, result)
+                trace.ended(TaskState.SUCCEEDED)
                 return
         except TaskExpired:
             await host.expired(task_id)
+            trace.ended(TaskState.EXPIRED)
         except TaskCancelled:
             await host.cancelled(task_id)
+            trace.ended(TaskState.CANCELLED)
         except edge.EngineStopped:
             # Cancelled in DBOS (by `cancel`), or this run lost the workflow to another
             # worker, which reports it from now on. DBOS keeps the workflow's own state.
             if await edge.status(task_id) == "CANCELLED":
                 await host.cancelled(task_id)
+                trace.ended(TaskState.CANCELLED)
             raise
         finally:
             if beating is not None:

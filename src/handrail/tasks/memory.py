@@ -14,20 +14,26 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from handrail.clock import Clock
 from handrail.errors import ConfigurationError
 from handrail.principal import Principal
 from handrail.retry import Sleep
+from handrail.tasking import TaskState
+from handrail.tasks._telemetry import TaskTrace, stamped, task_trace
 from handrail.tasks.runner import (
     TaskBody,
     TaskCancelled,
     TaskExpired,
+    TaskFailure,
     TaskHost,
     TaskSubmission,
     task_failure,
 )
+
+if TYPE_CHECKING:
+    from handrail.telemetry import Telemetry
 
 __all__ = ["InMemoryTaskRunner", "MemoryJournal"]
 
@@ -108,7 +114,9 @@ class InMemoryTaskRunner:
     """Runs task bodies as asyncio tasks of this process (see the module docstring).
 
     `concurrency` limits how many tasks of a queue run at once (unlimited when absent).
-    `sleep` waits out retry backoff; tests pass one that does not wait.
+    `sleep` waits out retry backoff; tests pass one that does not wait. With
+    `telemetry`, a submission carries its submitter's trace context and each run is a
+    span under it (`handrail.tasks._telemetry`).
     """
 
     def __init__(
@@ -120,6 +128,7 @@ class InMemoryTaskRunner:
         worker: str = "memory-worker",
         journal: MemoryJournal | None = None,
         concurrency: Mapping[str, int] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.host = host
         self.worker = worker
@@ -131,6 +140,7 @@ class InMemoryTaskRunner:
         self._cancelled: set[str] = set()
         self._limits = {q: asyncio.Semaphore(n) for q, n in (concurrency or {}).items()}
         self._started = False
+        self._telemetry = telemetry
 
     def register(self, tool: str, body: TaskBody) -> None:
         """Make `body` the body of `tool`'s tasks; a repeat name raises."""
@@ -162,6 +172,8 @@ class InMemoryTaskRunner:
             raise ConfigurationError(msg)
         if submission.task_id in self.journal.submissions:
             return False
+        if self._telemetry is not None:
+            submission = stamped(submission)
         self.journal.submissions[submission.task_id] = submission
         if self._started:
             self._spawn(submission)
@@ -202,27 +214,32 @@ class InMemoryTaskRunner:
             await self._attempts(submission)
 
     async def _attempts(self, submission: TaskSubmission) -> None:
-        while await self._attempt(submission):
-            pass
+        # The run's span starts once the task holds its queue's place: it measures work.
+        with task_trace(self._telemetry, submission) as trace:
+            while await self._attempt(submission, trace):
+                pass
 
-    async def _attempt(self, submission: TaskSubmission) -> bool:
+    async def _attempt(self, submission: TaskSubmission, trace: TaskTrace) -> bool:
         """One attempt of a task; True when another attempt follows (after its backoff)."""
         task_id = submission.task_id
         attempt = self.journal.attempts.get(task_id, 0) + 1
         self.journal.attempts[task_id] = attempt
         if task_id in self._cancelled:
             await self._end(task_id, self.host.cancelled(task_id))
+            trace.ended(TaskState.CANCELLED)
             return False
         if not await self.host.begin(task_id, attempt=attempt, worker=self.worker):
             self.journal.finished.add(task_id)
             return False
+        trace.attempt(attempt)
         body = self._bodies[submission.tool]
+        failure: TaskFailure | None = None
         try:
             result = await body(submission.arguments, _Scope(self, submission, attempt))
         except TaskCancelled:
-            report = self.host.cancelled(task_id)
+            ended, report = TaskState.CANCELLED, self.host.cancelled(task_id)
         except TaskExpired:
-            report = self.host.expired(task_id)
+            ended, report = TaskState.EXPIRED, self.host.expired(task_id)
         except Exception as exc:  # noqa: BLE001 - the runner's boundary: a body's failure
             failure = task_failure(exc)
             if failure.retryable and attempt < submission.max_attempts:
@@ -233,10 +250,11 @@ class InMemoryTaskRunner:
                 )
                 await self._sleep(delay)
                 return True
-            report = self.host.failed(task_id, failure)
+            ended, report = TaskState.FAILED, self.host.failed(task_id, failure)
         else:
-            report = self.host.succeeded(task_id, result)
+            ended, report = TaskState.SUCCEEDED, self.host.succeeded(task_id, result)
         await self._end(task_id, report)
+        trace.ended(ended, failure)
         return False
 
     async def _end(self, task_id: str, report: Awaitable[None]) -> None:

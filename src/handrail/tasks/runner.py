@@ -94,6 +94,9 @@ class TaskSubmission:
     submitted twice carries the same id and is one task. An engine uses it as its own
     workflow / job id. `arguments` are the validated, canonical tool arguments;
     `principal` is `Principal.snapshot()` of the caller, the identity the body runs as.
+    `traceparent` / `tracestate` are the W3C trace context of the span that submitted
+    it (set by a runner with telemetry), so a worker in any process runs the task
+    under a span of the same trace; they travel in the JSON only when set.
     """
 
     task_id: str
@@ -110,6 +113,8 @@ class TaskSubmission:
     submitted_at: datetime
     expires_at: datetime
     estimate_seconds: float | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -138,8 +143,14 @@ class TaskSubmission:
 
     def to_json(self) -> str:
         """The submission as one JSON string (for an engine's own argument storage)."""
+        trace = {
+            key: value
+            for key, value in (("traceparent", self.traceparent), ("tracestate", self.tracestate))
+            if value is not None
+        }
         return json.dumps(
             {
+                **trace,
                 "task_id": self.task_id,
                 "intent_key": self.intent_key,
                 "tenant_id": self.tenant_id,

@@ -32,7 +32,13 @@ __all__ = [
     "HANDRAIL_RUN_ID",
     "HANDRAIL_STAGE",
     "HANDRAIL_STATUS",
+    "HANDRAIL_TASK_ID",
     "HANDRAIL_TENANT",
+    "HTTP_REQUEST_METHOD",
+    "HTTP_RESPONSE_STATUS_CODE",
+    "HTTP_ROUTE",
+    "NETWORK_PROTOCOL_VERSION",
+    "URL_SCHEME",
 ]
 
 # OpenTelemetry GenAI semantic conventions.
@@ -81,3 +87,12 @@ __all__ += [
     "HANDRAIL_RUN_OPERATION",
     "HANDRAIL_RUN_STATUS",
 ]
+
+# Trace context across processes (tele-edge): HTTP server spans (semantic conventions)
+# and the queued task a worker runs.
+HTTP_REQUEST_METHOD: Final = "http.request.method"
+HTTP_ROUTE: Final = "http.route"
+HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
+URL_SCHEME: Final = "url.scheme"
+NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
+HANDRAIL_TASK_ID: Final = "handrail.task.id"

@@ -19,7 +19,12 @@ from handrail.server.problems import ServiceCode, problem
 from handrail.server.services import Probe
 from handrail.store.base import Store
 
-__all__ = ["PROBE_SECONDS", "router"]
+__all__ = ["PROBES", "PROBE_SECONDS", "router"]
+
+_HEALTHZ = "/healthz"
+_READYZ = "/readyz"
+PROBES = (_HEALTHZ, _READYZ)
+"""The paths orchestrators poll every few seconds: no request span is made for them."""
 
 PROBE_SECONDS = 5.0
 """How long one readiness check may take before it counts as down."""
@@ -28,13 +33,13 @@ _PROBE_KEY = "0" * 16  # an API key id that is never drawn: a primary-key read o
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get(_HEALTHZ)
 async def healthz() -> dict[str, str]:
     """200 while the process serves requests."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "UNAVAILABLE: a part does not answer"}})
+@router.get(_READYZ, responses={503: {"description": "UNAVAILABLE: a part does not answer"}})
 async def readyz(request: Request) -> Response:
     """200 when the store (and Redis, when configured) answer; 503 UNAVAILABLE otherwise."""
     services = services_of(request)
