@@ -1,0 +1,98 @@
+"""Reference BFCL answers built from the possible answers, and ways to spoil them.
+
+`reference_answers` answers every question with an acceptable value for each expected
+parameter (the first one the tool's schema accepts), every expected call once, no
+call where none is expected and the first expected-looking call where some is. The
+few questions whose possible answers no schema-valid call can meet are listed in
+`UNANSWERABLE`, each with the reason, so that a test pins them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema_rs
+
+from handrail.clock import FixedClock
+from handrail.eval._bfcl_data import Expectation, ExpectedCall, Question
+from handrail.eval._bfcl_tools import question_tools
+from handrail.eval.bfcl import Answer, ProposedCall
+
+_OMITTED = ""
+
+
+def _value(pattern: Any) -> Any:
+    """A concrete value a pattern accepts: a dict pattern's first non-omitted values."""
+    if isinstance(pattern, dict):
+        built = {}
+        for key, listed in pattern.items():
+            options = listed if isinstance(listed, list) else [listed]
+            given = [o for o in options if o != _OMITTED]
+            if given:
+                built[key] = _value(given[0])
+        return built
+    if isinstance(pattern, list):
+        return [_value(item) for item in pattern]
+    return pattern
+
+
+def reference_arguments(expected: ExpectedCall, schema: dict[str, Any]) -> dict[str, Any]:
+    """For each parameter, the first acceptable value its schema accepts (else the first)."""
+    properties = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    arguments: dict[str, Any] = {}
+    for name, options in expected.params.items():
+        values = [_value(o) for o in options if o != _OMITTED]
+        valid = []
+        if name in properties:
+            valid = [v for v in values if jsonschema_rs.validator_for(properties[name]).is_valid(v)]
+        if valid:
+            arguments[name] = valid[0]
+        elif values and (_OMITTED not in options or name in required):
+            arguments[name] = values[0]  # nothing acceptable is valid: see UNANSWERABLE
+    return arguments
+
+
+_PLACEHOLDERS = {
+    "string": "x",
+    "integer": 1,
+    "number": 1,
+    "boolean": True,
+    "array": [],
+    "object": {},
+}
+
+
+def some_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments a schema accepts: each required parameter with a placeholder of its type."""
+    arguments: dict[str, Any] = {}
+    for name in schema.get("required", []):
+        sub = schema["properties"][name]
+        kind = sub.get("type", "string")
+        kind = kind[0] if isinstance(kind, list) else kind
+        arguments[name] = sub["enum"][0] if "enum" in sub else _PLACEHOLDERS[kind]
+    return arguments
+
+
+def reference_answers(questions: tuple[Question, ...]) -> dict[str, Answer]:
+    """An answer to every question that the matcher should accept (but for UNANSWERABLE)."""
+    answers = {}
+    clock = FixedClock()
+    for question in questions:
+        tools = question_tools(question, clock=clock)
+        calls = []
+        if question.expectation is Expectation.CALLS:
+            for expected in question.expected:
+                tool = tools.lookup(expected.function)
+                schema = dict(tool.spec.input_schema) if tool is not None else {}
+                arguments = reference_arguments(expected, schema)
+                calls.append(ProposedCall(name=expected.function, arguments=json.dumps(arguments)))
+        elif question.expectation is Expectation.SOME_CALL:
+            function = question.functions[0]["name"]
+            tool = tools.lookup(function)
+            assert tool is not None
+            arguments = some_arguments(dict(tool.spec.input_schema))
+            calls.append(ProposedCall(name=function, arguments=json.dumps(arguments)))
+        answers[question.id] = Answer(calls=tuple(calls))
+    return answers
