@@ -96,3 +96,30 @@ def reference_answers(questions: tuple[Question, ...]) -> dict[str, Answer]:
             calls.append(ProposedCall(name=function, arguments=json.dumps(arguments)))
         answers[question.id] = Answer(calls=tuple(calls))
     return answers
+
+
+UNANSWERABLE = {
+    # No acceptable value in BFCL's possible answer passes the function's own schema,
+    # which Handrail's gate enforces (BFCL's checker does not look at enums).
+    "parallel_multiple_21": "the answer is a Python expression where an array is declared",
+    "parallel_multiple_94": "strings where the function declares an array of integers",
+    "live_simple_71-35-0": "a value outside the declared enum",
+    "live_multiple_87-38-4": "a value outside the declared enum",
+    "live_multiple_152-58-6": "a value outside the declared enum",
+    "live_multiple_507-149-4": "a required parameter the answer leaves out",
+    "live_multiple_552-153-1": "a boolean where a string is declared",
+    "live_multiple_595-158-1": "an integer where a string is declared",
+    "live_multiple_596-158-2": "an integer where a string is declared",
+    "live_multiple_731-167-2": "a boolean where a string is declared",
+    "live_multiple_733-167-4": "a boolean where a string is declared",
+    "live_multiple_735-167-6": "a boolean where a string is declared",
+    "live_multiple_750-169-5": "a value outside the declared enum",
+    "live_multiple_756-169-11": "an enum value in the wrong case",
+    "live_multiple_835-178-10": "a value outside the declared enum",
+    "live_multiple_862-181-3": "a parameter the function does not declare",
+    "live_multiple_871-182-8": "a value outside the declared enum",
+    "live_multiple_947-197-0": "a value outside the declared enum",
+    "live_multiple_964-207-0": "an undeclared parameter for a required one",
+    "live_parallel_multiple_2-2-0": "a value outside the declared enum",
+}
+"""Questions whose possible answers no schema-valid call meets, with why (bfcl-eval 2026.3.23)."""
