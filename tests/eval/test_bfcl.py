@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from _bfcl_reference import UNANSWERABLE, reference_answers, some_arguments
 
+from _bfcl_reference import UNANSWERABLE, reference_answers, some_arguments
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.eval._bfcl_tools import question_tools
@@ -20,6 +20,7 @@ from handrail.eval.bfcl import (
     CATEGORIES,
     Answer,
     ProposedCall,
+    category_result,
     from_cassette,
     load_cassette,
     load_questions,
@@ -257,3 +258,45 @@ async def test_categories_the_matcher_cannot_score_are_refused_with_a_reason(
 async def test_an_unknown_category_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="no BFCL category 'simple'"):
         await _run({}, ("simple",))
+
+
+async def test_a_call_an_adapter_marked_defective_fails_the_json_stage() -> None:
+    cut = ProposedCall(name="math.factorial", arguments='{"number": 5}', defect="cut off")
+    report = await _run({"simple_python_1": Answer(calls=(cut,))}, ("simple_python",), limit=2)
+    [scenario] = report.scenarios
+    assert scenario.metric("json_pass_rate") == Metric.rate("json_pass_rate", 0, 1)
+    assert "simple_python_1: math.factorial: The arguments are not acceptable JSON: cut off." in (
+        scenario.notes
+    )
+
+
+async def test_questions_answered_concurrently_are_reported_in_their_order() -> None:
+    questions = load_questions(["parallel", "irrelevance"], limit=5)
+    heard: list[str] = []
+    report = await run_bfcl(
+        from_cassette(reference_answers(questions)),
+        model="cassette",
+        clock=FixedClock(),
+        categories=["irrelevance", "parallel"],
+        limit=5,
+        concurrency=3,
+        on_scored=lambda score: heard.append(score.question),
+    )
+    assert sorted(heard) == sorted(q.id for q in questions)
+    assert [s.name for s in report.scenarios] == ["parallel", "irrelevance"]
+    assert report.total("accuracy") == Metric.rate("accuracy", 10, 10)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"min_accuracy": 1.5}, "between 0 and 1"), ({"concurrency": 0}, "at least 1")],
+)
+async def test_options_out_of_range_are_refused(options: dict[str, float], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        await run_bfcl(from_cassette({}), model="m", clock=FixedClock(), **options)  # type: ignore[arg-type]
+
+
+def test_a_category_with_no_question_scored_fails() -> None:
+    result = category_result("multiple", [])
+    assert not result.passed
+    assert result.failures == ("no question was scored",)

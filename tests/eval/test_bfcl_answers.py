@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from _http_server import LoopbackServer, QuietHandler, run_server
+from handrail.adapters.transcript import AssistantTurn, UserTurn
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.eval.bfcl import ask_model, load_cassette, run_bfcl
 from handrail.eval.report import Metric
-from handrail.loop.models import OpenAICompatibleClient
+from handrail.loop.models import ModelReply, ModelRequest, OpenAICompatibleClient
 
 
 def test_a_cassette_line_gives_each_question_its_calls(tmp_path: Path) -> None:
@@ -154,3 +155,47 @@ async def test_a_model_is_asked_each_question_with_its_functions_and_answers_by_
     assert offered["function"]["name"] == "calculate_triangle_area"
     assert offered["function"]["parameters"]["required"] == ["base", "height"]
     assert offered["function"]["strict"] is False
+
+
+class _Recorder:
+    """A model client that records each request and never calls a tool."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest, *, timeout: float) -> ModelReply:
+        self.requests.append(request)
+        return ModelReply(text="no", model=self.name)
+
+
+@pytest.mark.anyio
+async def test_system_messages_become_the_system_prompt_and_history_the_transcript(
+    tmp_path: Path,
+) -> None:
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Book it"},
+    ]
+    question = {"id": "live_irrelevance_0", "question": [messages], "function": []}
+    (tmp_path / "BFCL_v4_live_irrelevance.json").write_text(json.dumps(question), encoding="utf-8")
+    model = _Recorder()
+    report = await run_bfcl(
+        ask_model(model, timeout=5),
+        model=model.name,
+        clock=FixedClock(),
+        categories=["live_irrelevance"],
+        folder=tmp_path,
+    )
+    assert report.total("accuracy") == Metric.rate("accuracy", 1, 1)
+    [request] = model.requests
+    assert request.system == "You are terse."
+    assert request.transcript == (
+        UserTurn(text="Hi"),
+        AssistantTurn(text="Hello."),
+        UserTurn(text="Book it"),
+    )
+    assert request.tools == ()

@@ -84,3 +84,7 @@ def test_the_pairing_is_the_best_one_to_one_not_the_greedy_one(
     weights: list[list[int]], slots: int, best: int
 ) -> None:
     assert best_pairing(weights, slots) == best
+
+
+def test_a_value_of_no_json_kind_matches_nothing() -> None:
+    assert not matches(1, object())

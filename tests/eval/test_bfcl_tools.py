@@ -164,3 +164,9 @@ def test_a_multi_turn_question_is_refused(tmp_path: Path) -> None:
 def test_a_limit_below_one_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="at least 1"):
         load_questions(["irrelevance"], limit=0)
+
+
+def test_parameters_that_are_not_an_object_are_refused() -> None:
+    function = {"name": "f", "description": "F.", "parameters": ["x"]}
+    with pytest.raises(ConfigurationError, match="the parameters are not an object"):
+        question_tools(_question([function]), clock=FixedClock())

@@ -9,7 +9,6 @@ names. Neither judges an answer: `bfcl` scores them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -112,13 +111,8 @@ def _transcript(question: Question) -> tuple[str | None, tuple[Turn, ...]]:
     return system, tuple(turns)
 
 
-def ask_model(
-    client: ModelClient,
-    *,
-    timeout: float,
-    concurrency: int = 1,
-) -> Answerer:
-    """An answerer asking `client` each question once, at most `concurrency` at a time.
+def ask_model(client: ModelClient, *, timeout: float) -> Answerer:
+    """An answerer asking `client` each question once (`run_bfcl` bounds how many at once).
 
     The client renders the question's tools itself; a call to a name no tool has
     keeps the name the model wrote. A ModelError leaves the question unanswered, with
@@ -126,18 +120,13 @@ def ask_model(
     """
     from handrail.loop.models import ModelError, ModelRequest  # noqa: PLC0415 - on use
 
-    if concurrency < 1:
-        raise ConfigurationError("concurrency must be at least 1")
-    gate = asyncio.Semaphore(concurrency)
-
     async def answer(question: Question, tools: QuestionTools) -> Answer:
         system, turns = _transcript(question)
         request = ModelRequest(transcript=turns, tools=tools.specs(), system=system)
-        async with gate:
-            try:
-                reply = await client.complete(request, timeout=timeout)
-            except ModelError as exc:
-                return Answer(missing=f"the model failed: {exc.code}: {str(exc)[:200]}")
+        try:
+            reply = await client.complete(request, timeout=timeout)
+        except ModelError as exc:
+            return Answer(missing=f"the model failed: {exc.code}: {str(exc)[:200]}")
         calls = tuple(
             ProposedCall(
                 name=tools.by_tool.get(call.name, call.name),

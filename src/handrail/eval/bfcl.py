@@ -104,9 +104,10 @@ def category_result(
     metrics = _metrics(scores)
     accuracy = metrics[0].value
     failures: tuple[str, ...] = ()
-    if accuracy is None or accuracy < min_accuracy:
-        shown = "nothing" if accuracy is None else f"{accuracy:.1%}"
-        failures = (f"accuracy {shown} is below the minimum {min_accuracy:.1%}",)
+    if accuracy is None:
+        failures = ("no question was scored",)
+    elif accuracy < min_accuracy:
+        failures = (f"accuracy {accuracy:.1%} is below the minimum {min_accuracy:.1%}",)
     wrong = [f"{s.question}: {s.reason}" for s in scores if not s.accepted]
     if len(wrong) > _NOTES:
         wrong = [*wrong[:_NOTES], f"... and {len(wrong) - _NOTES} more questions"]

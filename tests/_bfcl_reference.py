@@ -14,9 +14,8 @@ from typing import Any
 
 import jsonschema_rs
 
-from handrail.clock import FixedClock
 from handrail.eval._bfcl_data import Expectation, ExpectedCall, Question
-from handrail.eval._bfcl_tools import question_tools
+from handrail.eval._bfcl_tools import _LANGUAGES, to_json_schema
 from handrail.eval.bfcl import Answer, ProposedCall
 
 _OMITTED = ""
@@ -75,24 +74,25 @@ def some_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+def _schema(question: Question, function: str) -> dict[str, Any]:
+    """The function's parameters as the question's tool has them (top level unclosed)."""
+    document = next(f for f in question.functions if f["name"] == function)
+    language = _LANGUAGES.get(question.category)
+    return to_json_schema(document["parameters"], where=function, language=language)
+
+
 def reference_answers(questions: tuple[Question, ...]) -> dict[str, Answer]:
     """An answer to every question that the matcher should accept (but for UNANSWERABLE)."""
     answers = {}
-    clock = FixedClock()
     for question in questions:
-        tools = question_tools(question, clock=clock)
         calls = []
         if question.expectation is Expectation.CALLS:
             for expected in question.expected:
-                tool = tools.lookup(expected.function)
-                schema = dict(tool.spec.input_schema) if tool is not None else {}
-                arguments = reference_arguments(expected, schema)
+                arguments = reference_arguments(expected, _schema(question, expected.function))
                 calls.append(ProposedCall(name=expected.function, arguments=json.dumps(arguments)))
         elif question.expectation is Expectation.SOME_CALL:
             function = question.functions[0]["name"]
-            tool = tools.lookup(function)
-            assert tool is not None
-            arguments = some_arguments(dict(tool.spec.input_schema))
+            arguments = some_arguments(_schema(question, function))
             calls.append(ProposedCall(name=function, arguments=json.dumps(arguments)))
         answers[question.id] = Answer(calls=tuple(calls))
     return answers
