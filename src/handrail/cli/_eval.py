@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from handrail.eval.bfcl import Answerer
     from handrail.eval.report import EvalReport
 
-__all__ = ["eval_app"]
+__all__ = ["eval_app", "write_outputs"]
 
 EXIT_FAILED: Final = 1
 """Expectations failed or something regressed (errors exit 2)."""
@@ -114,18 +114,26 @@ class _Scoring:
     concurrency: int
 
     async def score(self, answerer: Answerer, *, model: str) -> EvalReport:
+        """Score the answers; on a terminal, a progress bar on stderr while it runs."""
+        from rich.console import Console  # noqa: PLC0415 - not for --help
+        from rich.progress import Progress  # noqa: PLC0415 - not for --help
+
         from handrail.clock import SystemClock  # noqa: PLC0415 - not for --help
         from handrail.eval.bfcl import run_bfcl  # noqa: PLC0415 - not for --help
 
-        return await run_bfcl(
-            answerer,
-            model=model,
-            clock=SystemClock(),
-            categories=self.categories,
-            limit=self.limit,
-            min_accuracy=self.min_accuracy,
-            concurrency=self.concurrency,
-        )
+        errors = Console(stderr=True)
+        with Progress(console=errors, transient=True, disable=not errors.is_terminal) as shown:
+            task = shown.add_task("BFCL questions", total=None)
+            return await run_bfcl(
+                answerer,
+                model=model,
+                clock=SystemClock(),
+                categories=self.categories,
+                limit=self.limit,
+                min_accuracy=self.min_accuracy,
+                concurrency=self.concurrency,
+                on_scored=lambda _: shown.advance(task),
+            )
 
     async def ask(self, endpoint: str, *, model: str, key: str, timeout: float) -> EvalReport:
         from handrail.eval.bfcl import ask_model  # noqa: PLC0415 - not for --help

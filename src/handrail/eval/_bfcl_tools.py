@@ -24,7 +24,7 @@ from handrail.declare.registry import Registry
 from handrail.errors import ConfigurationError
 from handrail.eval._bfcl_data import Question
 from handrail.principal import Principal
-from handrail.spec import BusinessValue, RiskLevel
+from handrail.spec import BusinessValue, RiskLevel, ToolSpec
 
 __all__ = ["QuestionTools", "question_tools", "to_json_schema"]
 
@@ -181,7 +181,7 @@ class QuestionTools:
         name = self.by_function.get(function)
         return None if name is None else self.registry.lookup(name, EVAL_PRINCIPAL)
 
-    def specs(self) -> tuple[Any, ...]:
+    def specs(self) -> tuple[ToolSpec, ...]:
         """The specs a model is shown (every function of the question)."""
         return self.registry.exposed(EVAL_PRINCIPAL)
 
