@@ -19,7 +19,7 @@ from handrail.adapters.transcript import AssistantTurn, UserTurn
 from handrail.clock import FixedClock
 from handrail.errors import ConfigurationError
 from handrail.eval.bfcl import ask_model, load_cassette, run_bfcl
-from handrail.eval.report import Metric
+from handrail.eval.report import EvalReport, Metric
 from handrail.loop.models import ModelReply, ModelRequest, OpenAICompatibleClient
 
 
@@ -119,25 +119,22 @@ async def test_a_model_is_asked_each_question_with_its_functions_and_answers_by_
     client = OpenAICompatibleClient(
         base_url=f"http://127.0.0.1:{chat.port}/v1", api_key="k", model="m", strict=False
     )
-    try:
-        report = await run_bfcl(
+
+    async def ask(limit: int) -> EvalReport:
+        return await run_bfcl(
             ask_model(client, timeout=30),
             model=client.name,
             clock=FixedClock(),
             categories=["simple_python"],
-            limit=2,
+            limit=limit,
         )
+
+    try:
         # simple_python_1's function is math.factorial, math__factorial on the wire
-        [first] = report.scenarios
+        [first] = (await ask(2)).scenarios
         assert first.metric("accuracy") == Metric.rate("accuracy", 2, 2)
         assert first.metric("tokens") == Metric.amount("tokens", 84)
-        report = await run_bfcl(
-            ask_model(client, timeout=30),
-            model=client.name,
-            clock=FixedClock(),
-            categories=["simple_python"],
-            limit=1,
-        )
+        report = await ask(1)
     finally:
         await client.aclose()
     [second] = report.scenarios

@@ -10,18 +10,16 @@ checks that the charts are drawn. Without chromium it skips, except under CI=tru
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
+from _chromium import launched_chromium
 from _hand_reports import report, two_scenarios
 from handrail.eval.html import render_html
 from handrail.eval.report import Metric
 
-CHROMIUM = Path("/usr/bin/chromium")
 _VOID = frozenset({"meta", "link", "br", "img", "input", "hr", "col", "source", "wbr"})
 _SVG_LEAVES = frozenset({"rect", "line", "path", "circle"})
 _URL_ATTRIBUTES = frozenset(
@@ -150,18 +148,8 @@ def test_a_report_without_latencies_or_scenarios_says_so() -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing; CI must install it (make system-packages)")
-        pytest.skip(f"no {CHROMIUM} (make system-packages installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 def _open(browser, html: str):

@@ -9,7 +9,6 @@ names. Neither judges an answer: `bfcl` scores them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from handrail.adapters.transcript import AssistantTurn, Turn, UserTurn
 from handrail.errors import ConfigurationError
-from handrail.eval._bfcl_data import Question
+from handrail.eval._bfcl_data import Question, jsonl_entries
 from handrail.eval._bfcl_tools import QuestionTools
 
 if TYPE_CHECKING:
@@ -70,17 +69,7 @@ def _call(item: object, where: str) -> ProposedCall:
 def load_cassette(path: Path) -> Mapping[str, Answer]:
     """The answers of a JSONL cassette, by question id (ConfigurationError if unreadable)."""
     answers: dict[str, Answer] = {}
-    text = path.read_text(encoding="utf-8")
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path.name}:{number}"
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise ConfigurationError(f"{where}: not an object with an id")
+    for where, entry in jsonl_entries(path.read_text(encoding="utf-8"), path.name):
         calls = entry.get("calls", [])
         if not isinstance(calls, list):
             raise ConfigurationError(f"{where}: calls is not a list")

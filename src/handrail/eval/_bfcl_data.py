@@ -27,6 +27,7 @@ __all__ = [
     "Question",
     "check_categories",
     "data_folder",
+    "jsonl_entries",
     "load_questions",
 ]
 
@@ -137,21 +138,30 @@ def check_categories(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(name for name in CATEGORIES if name in asked)
 
 
+def jsonl_entries(text: str, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each JSON object with a string `id` of JSON Lines text, with its place (`name:line`).
+
+    Blank lines are skipped; anything else raises ConfigurationError naming its line.
+    """
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise ConfigurationError(f"{where}: not an object with an id")
+        yield where, entry
+
+
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigurationError(f"the BFCL data has no file {path.name}") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{path.name}:{number}: not JSON ({exc.msg})") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise ConfigurationError(f"{path.name}:{number}: not an object with an id")
-        yield entry
+    return (entry for _, entry in jsonl_entries(text, path.name))
 
 
 def _expected(entry: Mapping[str, Any], where: str) -> tuple[ExpectedCall, ...]:
