@@ -129,7 +129,7 @@ async def test_spoiled_simple_answers_score_exactly_what_each_spoiling_costs() -
     assert "not acceptable JSON" in reasons["simple_python_2"]
     assert "$.a" in reasons["simple_python_3"]
     assert "c=6 is not among 5" in reasons["simple_python_4"]
-    assert reasons["simple_python_5"] == "2 call(s) where 1 were expected"
+    assert reasons["simple_python_5"] == "2 call(s) made, 1 expected"
     assert scenario.passed  # no minimum accuracy was asked for
 
 

@@ -8,6 +8,7 @@ spaces and the punctuation `, . / - _ * ^` (and `'` reads as `"`); numbers by va
 element by element in order; a dict against a pattern of acceptable values per key.
 Parallel answers pair calls with expected calls in any order, one to one. Types were
 checked before, by the schema stage: the matcher sees arguments that passed it.
+(BFCL's CHANGELOG documents the string standardization, #309, and int for float, #407.)
 """
 
 from __future__ import annotations

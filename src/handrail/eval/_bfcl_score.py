@@ -169,7 +169,7 @@ def _judge(
     matched, paired, mismatch = _pairing(question, checked)
     expected = len(question.expected)
     if len(checked) != expected:
-        return matched, f"{len(checked)} call(s) where {expected} were expected"
+        return matched, f"{len(checked)} call(s) made, {expected} expected"
     if refused is not None:
         return matched, refused
     return matched, mismatch if paired < expected else None
