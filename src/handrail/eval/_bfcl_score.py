@@ -98,6 +98,8 @@ def _pairing(question: Question, checked: list[_Checked]) -> tuple[int, int, str
         fields.append([0 if f is None else f.matched for f in found])
         accepts.append([1 if f is not None and f.accepted else 0 for f in found])
         tried = [f for f in found if f is not None]
+        if item.arguments is None:
+            continue  # refused by a stage: that refusal is the reason
         if reason is None and not tried:
             wanted = ", ".join(sorted({slot.function for slot in expected}))
             reason = f"{item.call.name} is not an expected function ({wanted})"
