@@ -10,7 +10,6 @@ chromium the tests skip, except under CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -21,22 +20,18 @@ import uvicorn
 from _console import PASSWORD, add_person, console_services
 from _resources import APPROVER, OPERATOR, STAFF, propose
 
+from _chromium import launched_chromium, require_chromium
 from handrail.clock import SystemClock
 from handrail.server import create_app
 from handrail.server.services import Services
 from handrail.store import open_store
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / ".handrail"
 WAIT_S = 60.0
 """Bound on waiting for the server to listen; never reached when it works."""
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{CHROMIUM} is missing; CI must install it (make system-packages)")
-    pytest.skip(f"no {CHROMIUM} (make system-packages installs it)", allow_module_level=True)
-
-sync_api = pytest.importorskip("playwright.sync_api")
+require_chromium()
+pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture
@@ -76,13 +71,8 @@ def base_url(console: Services) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 def _proposed(services: Services) -> str:

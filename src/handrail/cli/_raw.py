@@ -34,6 +34,7 @@ from handrail.clock import SystemClock
 from handrail.errors import AccessRefusedError
 from handrail.principal import Principal
 from handrail.raw import RawRecord
+from handrail.text import escaped_character, shown
 
 __all__ = ["raw_app", "render_body", "shown"]
 
@@ -43,16 +44,10 @@ raw_app = typer.Typer(
     no_args_is_help=True,
 )
 
-# C0 and C1 controls (ESC and CSI start terminal sequences), DEL, line and paragraph
-# separators, bidirectional overrides and isolates, and lone surrogates.
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]",
-)
 _UNSAFE_IN_BODY = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
     "\ud800-\udfff]",
 )
-_LATIN1 = 0xFF
 _TEXTUAL = re.compile(r"text/.*|application/(?:json|xml|x-ndjson|yaml)|.*\+(?:json|xml)")
 _COLUMNS = (
     "created (UTC)",
@@ -67,16 +62,6 @@ _COLUMNS = (
 )
 
 
-def _escaped(found: re.Match[str]) -> str:
-    code = ord(found.group())
-    return f"\\x{code:02x}" if code <= _LATIN1 else f"\\u{code:04x}"
-
-
-def shown(text: str) -> str:
-    """One line of untrusted text, safe for a terminal: every control shown escaped."""
-    return _UNSAFE.sub(_escaped, text)
-
-
 def json_shown(value: object) -> str:
     r"""`value` as indented JSON safe for a terminal: controls and bidi marks as \u escapes.
 
@@ -89,7 +74,7 @@ def json_shown(value: object) -> str:
 
 def _shown_body(text: str) -> str:
     # Like `shown`, but line feeds and tabs stay: they move nothing but the cursor's line.
-    return _UNSAFE_IN_BODY.sub(_escaped, text)
+    return _UNSAFE_IN_BODY.sub(escaped_character, text)
 
 
 def _media(record: RawRecord) -> str:

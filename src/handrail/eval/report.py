@@ -142,7 +142,9 @@ class ScenarioResult(BaseModel):
     """One scenario (or one BFCL category): its metrics and whether its expectations held.
 
     `failures` says, in a sentence each, which expectations of the scenario did not
-    hold; `latencies_ms` has every tool call's latency by tool, for the distributions.
+    hold; `notes` what else went wrong without being an expectation of the scenario
+    (for a BFCL category, the questions answered wrong, and why); `latencies_ms` has
+    every tool call's latency by tool, for the distributions.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -152,6 +154,7 @@ class ScenarioResult(BaseModel):
     passed: bool
     metrics: tuple[Metric, ...]
     failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     latencies_ms: Mapping[str, tuple[float, ...]] = Field(default_factory=dict)
     cases: int = Field(default=1, description="Questions in a BFCL category; 1 for a scenario.")
 
