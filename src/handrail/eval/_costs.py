@@ -10,7 +10,7 @@
   to the end of its last; `tokens` = input and output tokens of every reply.
 - trajectory: `repeated_identical_calls` = proposed calls identical (tool and canonical
   arguments) to an earlier one; `harmful_truncations` = facts the task needed that a
-  cut result held and the model never saw anywhere.
+  cut result held and no result ever showed the model.
 
 Percentiles are nearest-rank: always a value that was observed.
 """
@@ -103,7 +103,7 @@ def trajectory_metrics(obs: Observation) -> dict[str, Metric]:
     cut = [c for c in obs.proposals if c.envelope.truncated or c.envelope.omitted]
     hidden = 0
     for fact in obs.scenario.needed:
-        if fact in obs.visible_text:
+        if fact in obs.results_text:
             continue
         if any(fact in obs.shop.responses.get(c.call.id, "") for c in cut):
             hidden += 1

@@ -395,7 +395,11 @@ class Shop:
         return await self._effect("ticket", key, content, commit, business="ticket_no")
 
     def find(self, key: str) -> dict[str, Any] | None:
-        """What the effect committed under `key` answered, or None: for reconciliation."""
+        """What the effect committed under `key` answered, or None: for reconciliation.
+
+        Raises ShopRetryLaterError while a `busy("find", ...)` fault lasts.
+        """
+        self._busy("find")
         found = self._results.get(key)
         return None if found is None else copy.deepcopy(found)
 

@@ -25,6 +25,7 @@ from handrail.events import AuditEvent
 from handrail.execution import ExecutionRecord
 from handrail.loop import RunOutcome
 from handrail.loop.models import ModelReply, ModelRequest
+from handrail.plans import PlanState
 from handrail.spec import ToolSpec
 
 __all__ = ["Declined", "Observation", "RunUse", "arguments_of", "known_names"]
@@ -32,11 +33,15 @@ __all__ = ["Declined", "Observation", "RunUse", "arguments_of", "known_names"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Declined:
-    """A plan the person said no to; `after` is how many calls had been seen by then."""
+    """A plan the person said no to; `after` is how many calls had been seen by then.
+
+    `state` is the plan's state in the store once the scenario's runs were over.
+    """
 
     plan_id: str
     tool: str
     after: int
+    state: PlanState | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,6 +125,11 @@ class Observation:
             if not seen.host:
                 parts.extend(texts_of(seen.envelope))
         return "\n".join(parts)
+
+    @cached_property
+    def results_text(self) -> str:
+        """Every envelope the model was shown, as one text (what the tools told it)."""
+        return "\n".join("\n".join(texts_of(c.envelope)) for c in self.calls if not c.host)
 
     def executions_of(self, tool: str | None = None) -> tuple[ExecutionRecord, ...]:
         """The execution records after reconciliation, of one tool or all."""

@@ -27,6 +27,7 @@ from handrail.loop.models import SCRIPTED_MODEL, ModelReply, ModelRequest, Scrip
 from handrail.principal import Principal
 
 if TYPE_CHECKING:
+    from handrail.authz.policy import Policy
     from handrail.declare.definition import Tool
     from handrail.eval._observed import Observation
     from handrail.eval._world import World
@@ -147,6 +148,7 @@ class Scenario:
     after_confirm: HostEvent | None = None
     after_resume: HostEvent | None = None
     extra_tools: Callable[[Shop], Sequence[Tool]] | None = None
+    policy: Callable[[Shop], Policy] | None = None
     latency: Mapping[str, float] = field(default_factory=lambda: DEFAULT_LATENCY)
     principal: Principal = AGENT
     budget: RunBudget = DEFAULT_BUDGET

@@ -18,7 +18,7 @@ from pydantic import Field
 from handrail.authz.policy import Facts, Outcome, PolicyEngine, Resolved, Rule, all_of, lacks
 from handrail.context import ToolContext
 from handrail.declare.definition import Tool, tool
-from handrail.declare.hooks import Found, NotExecuted, Reconciled
+from handrail.declare.hooks import Found, NoProof, NotExecuted, Reconciled
 from handrail.errors import Conflict, NeedsClarification, NotFound, ToolFailed, ToolRetryable
 from handrail.eval._downstream import Shop, ShopRefusedError, ShopRetryLaterError
 from handrail.plans import Amount, Impact
@@ -231,8 +231,11 @@ def _write_tools(shop: Shop) -> tuple[Tool, ...]:
         )
 
     async def find_effect(key: str, ctx: ToolContext) -> Reconciled:  # noqa: ARG001
-        """Ask the shop what became of the key."""
-        found = shop.find(key)
+        """Ask the shop what became of the key; no answer proves nothing."""
+        try:
+            found = shop.find(key)
+        except ShopRetryLaterError:
+            return NoProof("the shop did not answer")
         return NotExecuted() if found is None else Found(found)
 
     @tool(

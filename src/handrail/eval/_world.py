@@ -196,7 +196,7 @@ class World:
             registry,
             audit=audit,
             clock=clock,
-            policy=shop_policy(shop),
+            policy=shop_policy(shop) if scenario.policy is None else scenario.policy(shop),
             shaper=shaper,
             new_id=sequential_ids("event"),
             writes=writes,

@@ -14,7 +14,7 @@ it passed. Totals are sums of counts and percentiles recomputed over every sampl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -189,6 +189,7 @@ async def _play(world: World) -> Observation:
             outcomes.append(outcome)
     except (HandrailError, ScriptExhaustedError) as exc:
         problems.append(f"the scenario stopped: {type(exc).__name__}: {exc}")
+    declined = [_with_state(world, d) for d in declined]
     at_end = tuple(world.store.list_executions(tenant_id=scenario.principal.tenant_id, limit=500))
     await _reconcile(world, at_end)
     after = tuple(world.store.list_executions(tenant_id=scenario.principal.tenant_id, limit=500))
@@ -255,6 +256,11 @@ async def _reconcile(world: World, at_end: Sequence[ExecutionRecord]) -> None:
         report = await world.reconciler.run_once(tenant_id=tenant)
         if not report.still_unknown and not report.retried:
             return
+
+
+def _with_state(world: World, declined: Declined) -> Declined:
+    plan = world.store.get_plan(declined.plan_id)
+    return replace(declined, state=None if plan is None else plan.state)
 
 
 def _use(world: World, outcome: RunOutcome) -> RunUse:
