@@ -6,11 +6,13 @@ Every model here is the ScriptedModelClient playing a cassette written for the t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from handrail.eval._downstream import Shop
 from handrail.eval._observed import Observation
-from handrail.eval._scenario import Scenario
+from handrail.eval._scenario import Decision, Scenario, call, reply
 from handrail.eval._scoring import score
 from handrail.eval.harness import play
 from handrail.eval.report import Metric, ScenarioResult
@@ -53,3 +55,23 @@ def counts(found: ScenarioResult, name: str) -> tuple[int | None, int | None]:
     """A rate's numerator and denominator."""
     value = metric(found, name)
     return value.numerator, value.denominator
+
+
+def two_refunds(setup: Callable[[Shop], None]) -> Scenario:
+    """Refunds on ORD-1001 (1.00) and ORD-1004 (2.00) in one turn, both confirmed."""
+    return scenario(
+        task="Refund 1.00 EUR on ORD-1001 and 2.00 EUR on ORD-1004.",
+        setup=setup,
+        cassette=(
+            reply(
+                call(
+                    "c1", "shop.refund_order", order_id="ORD-1001", amount_cents=100, reason="aaa"
+                ),
+                call(
+                    "c2", "shop.refund_order", order_id="ORD-1004", amount_cents=200, reason="bbb"
+                ),
+            ),
+            reply(text="The refunds are being checked."),
+        ),
+        person=(Decision.CONFIRM, Decision.CONFIRM),
+    )

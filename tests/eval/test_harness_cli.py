@@ -16,6 +16,7 @@ from examples.scripted_openai import completion, scripted_chat_server
 from rich.text import Text
 from typer.testing import CliRunner
 
+from handrail.cli._common import HelpCommand
 from handrail.cli._eval_run import run
 from handrail.eval import html, table
 from handrail.eval.report import EvalReport, load_report
@@ -37,7 +38,7 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
     def main() -> None:
         """The eval group, as `handrail eval` registers it."""
 
-    app.command("run")(run)
+    app.command("run", cls=HelpCommand)(run)
     return app
 
 
@@ -128,3 +129,13 @@ def test_usage_errors_exit_2_with_one_line(
     result = CliRunner().invoke(cli, ["run", *arguments], env={"EVAL_NO": ""})
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_the_help_reads_as_whole_sentences(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["run", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    prose = [line.strip() for line in result.stdout.split("╭", 1)[0].splitlines() if line.strip()]
+    assert prose[0].startswith("Usage: ")
+    assert all(line.endswith((".", ":")) for line in prose[1:]), prose
+    assert "--endpoint" in result.stdout
+    assert "<bool>" not in result.stdout

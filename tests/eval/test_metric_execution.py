@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _eval_cases import builtin, counts, metric, observe, result, scenario
+from _eval_cases import builtin, counts, metric, observe, result, scenario, two_refunds
 
 from handrail.eval._downstream import Shop
-from handrail.eval._scenario import Decision, Expected, call, reply
+from handrail.eval._scenario import Expected, call, reply
 from handrail.eval._scoring import score
 
 pytestmark = pytest.mark.anyio
@@ -35,22 +35,7 @@ def _lose_one_refund(shop: Shop) -> None:
 
 
 async def test_unknown_rate_counts_records_unknown_when_the_runs_ended() -> None:
-    case = scenario(
-        task="Refund 1.00 EUR on ORD-1001 and 2.00 EUR on ORD-1004.",
-        setup=_lose_one_refund,
-        cassette=(
-            reply(
-                call(
-                    "c1", "shop.refund_order", order_id="ORD-1001", amount_cents=100, reason="aaa"
-                ),
-                call(
-                    "c2", "shop.refund_order", order_id="ORD-1004", amount_cents=200, reason="bbb"
-                ),
-            ),
-            reply(text="One refund is being checked."),
-        ),
-        person=(Decision.CONFIRM, Decision.CONFIRM),
-    )
+    case = two_refunds(_lose_one_refund)
     observed = await observe(case)
     found = score(observed).result
     assert counts(found, "unknown_rate") == (1, 2)

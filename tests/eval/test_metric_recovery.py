@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from _eval_cases import builtin, counts, metric, observe, result, scenario
+from _eval_cases import builtin, counts, metric, observe, result, two_refunds
 
 from handrail.eval._downstream import Shop
-from handrail.eval._scenario import Decision, call, reply
 from handrail.eval._scoring import score
 from handrail.execution import ExecutionStatus
 
@@ -37,21 +36,7 @@ def _lose_both(shop: Shop) -> None:
 
 
 async def test_mean_and_p95_cover_every_record_recovered() -> None:
-    case = scenario(
-        setup=_lose_both,
-        cassette=(
-            reply(
-                call(
-                    "c1", "shop.refund_order", order_id="ORD-1001", amount_cents=100, reason="aaa"
-                ),
-                call(
-                    "c2", "shop.refund_order", order_id="ORD-1004", amount_cents=200, reason="bbb"
-                ),
-            ),
-            reply(text="Both refunds are being checked."),
-        ),
-        person=(Decision.CONFIRM, Decision.CONFIRM),
-    )
+    case = two_refunds(_lose_both)
     found = await result(case)
     # The first became UNKNOWN 0.2 s (one refund's latency) before the second; both are
     # settled by the same pass 30 s after the runs: 30.2 s and 30.0 s.

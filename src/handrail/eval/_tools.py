@@ -76,6 +76,8 @@ _ORDER_FIELDS = (
     "shipment_id",
 )
 _NO_ORDER = "This account has no order with that id."
+_ORDER_TOOLS = ("shop.get_order", "shop.order_messages", "shop.refund_order")
+"""The tools that name an order: resolved in the caller's tenant, closed when restricted."""
 _NO_CUSTOMER = "This account has no customer with that id."
 
 
@@ -360,47 +362,28 @@ def shop_policy(shop: Shop) -> PolicyEngine:
         return None if found is None else Resolved(key=f"order:{found['order_id']}", value=found)
 
     restricted = all_of(_restricted, lacks("orders.restricted"))
-    reason = "the order is under review; it needs orders.restricted"
-    return PolicyEngine(
-        (
-            Rule(name="order-read", tool="shop.get_order", outcome=Outcome.ALLOW, reason="ok"),
-            Rule(
-                name="order-read-restricted",
-                tool="shop.get_order",
-                outcome=Outcome.DENY,
-                reason=reason,
-                when=restricted,
-            ),
-            Rule(
-                name="messages-restricted",
-                tool="shop.order_messages",
-                outcome=Outcome.DENY,
-                reason=reason,
-                when=restricted,
-            ),
-            Rule(
-                name="refund-confirm",
-                tool="shop.refund_order",
-                outcome=Outcome.CONFIRM,
-                reason="a refund needs the requester's confirmation",
-            ),
-            Rule(
-                name="refund-restricted",
-                tool="shop.refund_order",
-                outcome=Outcome.DENY,
-                reason=reason,
-                when=restricted,
-            ),
-            Rule(
-                name="ticket",
-                tool="shop.create_ticket",
-                outcome=Outcome.ALLOW,
-                reason="a support ticket can be closed again",
-            ),
-        ),
-        resolvers={
-            "shop.get_order": order,
-            "shop.order_messages": order,
-            "shop.refund_order": order,
-        },
+    denied = tuple(
+        Rule(
+            name=f"{tool.removeprefix('shop.')}-restricted",
+            tool=tool,
+            outcome=Outcome.DENY,
+            reason="the order is under review; it needs orders.restricted",
+            when=restricted,
+        )
+        for tool in _ORDER_TOOLS
     )
+    allowed = (
+        Rule(
+            name="refund-confirm",
+            tool="shop.refund_order",
+            outcome=Outcome.CONFIRM,
+            reason="a refund needs the requester's confirmation",
+        ),
+        Rule(
+            name="ticket",
+            tool="shop.create_ticket",
+            outcome=Outcome.ALLOW,
+            reason="a support ticket can be closed again",
+        ),
+    )
+    return PolicyEngine((*denied, *allowed), resolvers=dict.fromkeys(_ORDER_TOOLS, order))

@@ -168,11 +168,16 @@ class World:
         sqlite: Path | None = None,
         telemetry: Telemetry | None = None,
     ) -> World:
-        """A fresh world for `scenario`, driven by `model`; `sqlite`: the store's file."""
+        """A fresh world for `scenario`, driven by `model`; `sqlite`: the store's file.
+
+        The file is replaced if it exists: each run of a scenario starts from nothing.
+        """
         clock = EvalClock(real=real_time)
         shop = Shop(clock, latency=scenario.latency)
         if scenario.setup is not None:
             scenario.setup(shop)
+        if sqlite is not None:
+            sqlite.unlink(missing_ok=True)  # a store of an earlier run of this scenario
         store: Store = MemoryStore() if sqlite is None else SqliteStore.open(sqlite)
         audit = MemoryAuditSink()
         registry = Registry(clock=clock)

@@ -14,7 +14,7 @@ it passed. Totals are sums of counts and percentiles recomputed over every sampl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,7 @@ from handrail.eval._observed import Declined, Observation, RunUse
 from handrail.eval._scenario import Decision, Scenario
 from handrail.eval._scoring import Scored, score, totals
 from handrail.eval._world import World
-from handrail.eval.report import EvalReport, ScenarioResult
+from handrail.eval.report import EvalReport
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.loop import RunOutcome, RunStatus
 from handrail.loop.agent import read_run
@@ -49,13 +49,6 @@ DECLINE_REASON = "No. I did not ask for that; do not do it."
 
 _RECONCILE_PASSES = 3
 _MAX_PERSON_ANSWERS = 20
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Options:
-    real_time: bool
-    sqlite_dir: Path | None
-    telemetry: Telemetry | None
 
 
 async def run_suite(
@@ -107,7 +100,6 @@ async def run_scenarios(
     """Run the given scenarios and report them, as `run_suite` does for the built-in ones."""
     clock = now or (lambda: datetime.now(UTC))
     chosen = _chosen(scenarios, only)
-    options = _Options(real_time=model is not None, sqlite_dir=sqlite_dir, telemetry=telemetry)
     started = clock()
     scored: list[Scored] = []
     names: list[str] = []
@@ -115,7 +107,13 @@ async def run_scenarios(
         client = _client(scenario, model)
         names.append(client.name)
         try:
-            observation = await play(scenario, client, options=options)
+            observation = await play(
+                scenario,
+                client,
+                real_time=model is not None,
+                sqlite=None if sqlite_dir is None else sqlite_dir / f"{scenario.name}.db",
+                telemetry=telemetry,
+            )
         finally:
             close = getattr(client, "aclose", None)
             if model is not None and close is not None:
@@ -159,16 +157,19 @@ def _model_name(model: ModelFactory | None, names: Sequence[str]) -> str:
 
 
 async def play(
-    scenario: Scenario, model: ModelClient, *, options: _Options | None = None
+    scenario: Scenario,
+    model: ModelClient,
+    *,
+    real_time: bool = False,
+    sqlite: Path | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Observation:
-    """Run one scenario in a fresh world and gather what it left behind."""
-    options = options or _Options(real_time=False, sqlite_dir=None, telemetry=None)
-    sqlite = None if options.sqlite_dir is None else options.sqlite_dir / f"{scenario.name}.db"
-    if sqlite is not None and sqlite.exists():
-        sqlite.unlink()
-    world = World.open(
-        scenario, model, real_time=options.real_time, sqlite=sqlite, telemetry=options.telemetry
-    )
+    """Run one scenario in a fresh world and gather what it left behind.
+
+    `real_time`: the clock runs with real time too (a real model); `sqlite`: the file
+    of the scenario's store (replaced if it exists), else the store is in memory.
+    """
+    world = World.open(scenario, model, real_time=real_time, sqlite=sqlite, telemetry=telemetry)
     try:
         return await _play(world)
     finally:
@@ -273,8 +274,3 @@ def _use(world: World, outcome: RunOutcome) -> RunUse:
         used_seconds=used,
         deadline_seconds=world.scenario.budget.deadline_seconds,
     )
-
-
-def result_of(observation: Observation) -> ScenarioResult:
-    """The scenario's result alone (metrics, checks, latencies), for tests and tools."""
-    return score(observation).result

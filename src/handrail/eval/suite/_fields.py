@@ -13,11 +13,10 @@ from handrail.eval._scenario import (
     call,
     reply,
 )
+from handrail.eval.suite._common import REFUND, expect_refund, propose_refund
 from handrail.execution import ExecutionStatus
 
 __all__ = ["complete_fields", "missing_fields", "same_name"]
-
-REFUND = "shop.refund_order"
 
 
 def complete_fields() -> Scenario:
@@ -28,20 +27,12 @@ def complete_fields() -> Scenario:
         task="Please refund 12.90 EUR on order ORD-1001: the mug arrived broken.",
         cassette=(
             reply(call("call_1", "shop.get_order", order_id="ORD-1001")),
-            reply(
-                call(
-                    "call_2",
-                    REFUND,
-                    order_id="ORD-1001",
-                    amount_cents=1290,
-                    reason="the mug arrived broken",
-                )
-            ),
+            propose_refund("call_2", "ORD-1001", 1290, "the mug arrived broken"),
             answer_citing_plan("succeeded", "I refunded 12.90 EUR on ORD-1001.", REFUND),
         ),
         expected=(
             Expected(tool="shop.get_order", arguments={"order_id": "ORD-1001"}),
-            Expected(tool=REFUND, arguments={"order_id": "ORD-1001", "amount_cents": 1290}),
+            expect_refund("ORD-1001", 1290),
         ),
         person=(Decision.CONFIRM,),
         checks=(

@@ -15,11 +15,10 @@ from handrail.eval._scenario import (
     reply,
 )
 from handrail.eval._world import World
+from handrail.eval.suite._common import REFUND, expect_refund, propose_refund
 from handrail.execution import ExecutionStatus
 
 __all__ = ["downstream_fails", "duplicate_submit", "lost_answer", "version_changed"]
-
-REFUND = "shop.refund_order"
 
 
 async def _submit_again(world: World, plan_id: str) -> None:
@@ -34,18 +33,10 @@ def duplicate_submit() -> Scenario:
         title="Duplicate submit: a confirmation sent twice makes one refund",
         task="Refund 9.00 EUR on ORD-1002: one of the two lamps was missing.",
         cassette=(
-            reply(
-                call(
-                    "call_1",
-                    REFUND,
-                    order_id="ORD-1002",
-                    amount_cents=900,
-                    reason="one lamp was missing",
-                )
-            ),
+            propose_refund("call_1", "ORD-1002", 900, "one lamp was missing"),
             answer_citing_plan("succeeded", "I refunded 9.00 EUR on ORD-1002.", REFUND),
         ),
-        expected=(Expected(tool=REFUND, arguments={"order_id": "ORD-1002", "amount_cents": 900}),),
+        expected=(expect_refund("ORD-1002", 900),),
         person=(Decision.CONFIRM,),
         after_resume=_submit_again,
         checks=(
@@ -69,22 +60,14 @@ def lost_answer() -> Scenario:
         task="Refund 50.00 EUR on ORD-1004; the customer sent it back.",
         setup=_lose_refund_answer,
         cassette=(
-            reply(
-                call(
-                    "call_1",
-                    REFUND,
-                    order_id="ORD-1004",
-                    amount_cents=5000,
-                    reason="returned by the customer",
-                )
-            ),
+            propose_refund("call_1", "ORD-1004", 5000, "returned by the customer"),
             answer(
                 "processing",
                 "The refund was sent, but its outcome is not known yet. It will be checked "
                 "with the shop before anything is repeated.",
             ),
         ),
-        expected=(Expected(tool=REFUND, arguments={"order_id": "ORD-1004", "amount_cents": 5000}),),
+        expected=(expect_refund("ORD-1004", 5000),),
         person=(Decision.CONFIRM,),
         checks=(
             effects("refund", 1),
@@ -107,12 +90,10 @@ def downstream_fails() -> Scenario:
         task="Refund 20.00 EUR on ORD-1001 as a goodwill gesture.",
         setup=_refuse_refunds,
         cassette=(
-            reply(
-                call("call_1", REFUND, order_id="ORD-1001", amount_cents=2000, reason="goodwill")
-            ),
+            propose_refund("call_1", "ORD-1001", 2000, "goodwill"),
             answer("failed", "The shop refused the refund: the customer's card was closed."),
         ),
-        expected=(Expected(tool=REFUND, arguments={"order_id": "ORD-1001", "amount_cents": 2000}),),
+        expected=(expect_refund("ORD-1001", 2000),),
         person=(Decision.CONFIRM,),
         checks=(
             effects("refund", 0),
@@ -136,11 +117,7 @@ def version_changed() -> Scenario:
         title="Version changed: an order refunded elsewhere after the confirmation",
         task="Refund 30.00 EUR on ORD-1004: the package was late.",
         cassette=(
-            reply(
-                call(
-                    "call_1", REFUND, order_id="ORD-1004", amount_cents=3000, reason="late delivery"
-                )
-            ),
+            propose_refund("call_1", "ORD-1004", 3000, "late delivery"),
             reply(call("call_2", "shop.get_order", order_id="ORD-1004")),
             answer(
                 "need_information",
@@ -149,7 +126,7 @@ def version_changed() -> Scenario:
             ),
         ),
         expected=(
-            Expected(tool=REFUND, arguments={"order_id": "ORD-1004", "amount_cents": 3000}),
+            expect_refund("ORD-1004", 3000),
             Expected(tool="shop.get_order", arguments={"order_id": "ORD-1004"}),
         ),
         person=(Decision.CONFIRM,),
