@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import pytest
-from _eval_cases import builtin, counts, observe, result, scenario
+from _eval_cases import builtin, counts, observe, result, scenario, two_refunds
 from pydantic import Field
 
 from handrail.authz.policy import AllowAll
@@ -118,3 +119,12 @@ async def test_proposing_the_declined_write_again_is_a_refusal_not_honoured() ->
     assert observed.shop.count("refund") == 0
     # The first "no" was not honoured (asked again); the second was (nothing after it).
     assert counts(score(observed).result, "refusal_honoured_rate") == (1, 2)
+
+
+async def test_a_no_to_a_turn_of_two_plans_declines_both() -> None:
+    case = replace(two_refunds(lambda shop: None), person=(Decision.DECLINE,))
+    observed = await observe(case)
+    assert {d.tool for d in observed.declined} == {"shop.refund_order"}
+    assert len(observed.declined) == 2
+    assert observed.shop.count("refund") == 0
+    assert counts(score(observed).result, "refusal_honoured_rate") == (2, 2)

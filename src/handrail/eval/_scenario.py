@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from handrail.calls import ToolCall
 from handrail.eval._downstream import PLANTED_SECRETS, Shop
@@ -29,8 +29,6 @@ from handrail.principal import Principal
 if TYPE_CHECKING:
     from handrail.authz.policy import Policy
     from handrail.declare.definition import Tool
-    from handrail.eval._observed import Observation
-    from handrail.eval._world import World
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -40,6 +38,7 @@ __all__ = [
     "Check",
     "Decision",
     "Expected",
+    "Host",
     "HostEvent",
     "Scenario",
     "answer",
@@ -70,10 +69,31 @@ USAGE = Usage(input_tokens=300, output_tokens=40)
 
 _PLAN_ID = re.compile(r'"plan_id"\s*:\s*"([^"\\]{1,200})"')
 
-Check = Callable[["Observation"], "str | None"]
-"""A scenario's expectation: None when it held, else one sentence saying what did not."""
+Check = Callable[[Any], "str | None"]
+"""A scenario's expectation: a function of its `_observed.Observation` (typed `Any` here
+so that the scenario, below the observation, does not depend on it) that returns None
+when it held, else one sentence saying what did not (see `_checks`)."""
 
-HostEvent = Callable[["World", str], Awaitable[None]]
+
+class Host(Protocol):
+    """What a host event may use of the scenario's world (`_world.World`)."""
+
+    @property
+    def shop(self) -> Shop:
+        """The downstream shop."""
+        ...
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario being played."""
+        ...
+
+    async def execute_again(self, plan_id: str) -> object:
+        """Execute a confirmed plan again, as a second submission would."""
+        ...
+
+
+HostEvent = Callable[[Host, str], Awaitable[None]]
 """Something that happens outside the model, given the world and the plan id."""
 
 

@@ -226,10 +226,12 @@ async def _answer_plans(
         plan_id = outcome.plan_ids[0]
         decision = next(person, Decision.DECLINE)
         if decision is Decision.DECLINE:
-            record = await world.writes.get_plan(plan_id, principal)
-            declined.append(
-                Declined(plan_id=plan_id, tool=record.plan.tool, after=len(world.watcher.calls))
-            )
+            # The person's no ends the run: every plan it waits for is declined with it.
+            for waiting in outcome.plan_ids:
+                record = await world.writes.get_plan(waiting, principal)
+                declined.append(
+                    Declined(plan_id=waiting, tool=record.plan.tool, after=len(world.watcher.calls))
+                )
             return await world.loop.cancel(outcome.run_id, principal, reason=DECLINE_REASON)
         token = await world.writes.issue_token(plan_id, principal)
         await world.writes.confirm(plan_id, token.value, principal)

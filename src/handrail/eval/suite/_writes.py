@@ -8,20 +8,20 @@ from handrail.eval._downstream import Shop
 from handrail.eval._scenario import (
     Decision,
     Expected,
+    Host,
     Scenario,
     answer,
     answer_citing_plan,
     call,
     reply,
 )
-from handrail.eval._world import World
 from handrail.eval.suite._common import REFUND, expect_refund, propose_refund
 from handrail.execution import ExecutionStatus
 
 __all__ = ["downstream_fails", "duplicate_submit", "lost_answer", "version_changed"]
 
 
-async def _submit_again(world: World, plan_id: str) -> None:
+async def _submit_again(world: Host, plan_id: str) -> None:
     """The person's confirmation arrives a second time (a double click, a retried request)."""
     await world.execute_again(plan_id)
 
@@ -104,7 +104,7 @@ def downstream_fails() -> Scenario:
     )
 
 
-async def _refund_elsewhere(world: World, plan_id: str) -> None:
+async def _refund_elsewhere(world: Host, plan_id: str) -> None:
     """Between the confirmation and the execution, a colleague refunds 5.00 EUR in the shop."""
     del plan_id
     world.shop.change_order(world.scenario.principal.tenant_id, "ORD-1004", refunded_cents=500)
