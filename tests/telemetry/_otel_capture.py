@@ -23,6 +23,18 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from handrail.telemetry import Telemetry
 
+READ_STAGES = [
+    "handrail.lookup",
+    "handrail.syntax",
+    "handrail.schema",
+    "handrail.permission",
+    "handrail.business",
+    "handrail.authorization",
+    "handrail.execute",
+    "handrail.shape",
+]
+"""The stage spans of a read that passes every check, in order."""
+
 
 @dataclass(frozen=True)
 class Point:

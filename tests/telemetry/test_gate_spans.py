@@ -11,7 +11,7 @@ import json
 from typing import Annotated
 
 import pytest
-from _otel_capture import Captured, capture
+from _otel_capture import READ_STAGES, Captured, capture
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
@@ -35,16 +35,6 @@ from handrail.testing import MemoryAuditSink, sequential_ids
 
 READER = Principal(user_id="u1", tenant_id="t1", permissions=frozenset({"r"}), request_id="q1")
 PLANTED = "needle-4711"
-READ_STAGES = [
-    "handrail.lookup",
-    "handrail.syntax",
-    "handrail.schema",
-    "handrail.permission",
-    "handrail.business",
-    "handrail.authorization",
-    "handrail.execute",
-    "handrail.shape",
-]
 
 
 class Seen:

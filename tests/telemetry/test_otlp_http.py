@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from _otel_capture import READ_STAGES
 from _otlp_receiver import OtlpReceiver, attributes
 
 CHILD = """
@@ -34,17 +35,6 @@ async def main() -> None:
 
 asyncio.run(main())
 """
-
-READ_STAGES = [
-    "handrail.lookup",
-    "handrail.syntax",
-    "handrail.schema",
-    "handrail.permission",
-    "handrail.business",
-    "handrail.authorization",
-    "handrail.execute",
-    "handrail.shape",
-]
 
 
 @pytest.fixture

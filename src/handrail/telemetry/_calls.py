@@ -300,12 +300,7 @@ class CallSpans:
     def _stage(self, stage: str, start: int, end: int, decision: str, code: str | None) -> None:
         """A stage that already ran: its span after the fact, and its duration."""
         if self._recording:
-            span = self._telemetry.tracer.start_span(
-                f"handrail.{stage}",
-                context=self._context,
-                attributes={key.HANDRAIL_STAGE: stage},
-                start_time=self._at(start),
-            )
+            span = self._child(stage, start)
             _outcome(span, decision, code)
             span.end(end_time=self._at(end))
         self._measure(stage, start, end)
@@ -313,14 +308,16 @@ class CallSpans:
     def _begin(self, stage: str, start: int) -> None:
         self._open, self._open_start = stage, start
         if self._recording:
-            span = self._telemetry.tracer.start_span(
-                f"handrail.{stage}",
-                context=self._context,
-                attributes={key.HANDRAIL_STAGE: stage},
-                start_time=self._at(start),
-            )
-            self._open_span = span
+            span = self._open_span = self._child(stage, start)
             self._token = otel_context.attach(set_span_in_context(span, self._context))
+
+    def _child(self, stage: str, start: int) -> Span:
+        return self._telemetry.tracer.start_span(
+            f"handrail.{stage}",
+            context=self._context,
+            attributes={key.HANDRAIL_STAGE: stage},
+            start_time=self._at(start),
+        )
 
     def _close(self, end: int, decision: str, code: str | None) -> None:
         stage, span, token = self._open, self._open_span, self._token

@@ -80,27 +80,32 @@ def configured(cls: type[Telemetry], environ: Mapping[str, str] | None = None) -
     if settings.disabled:
         return None
     traces, metrics = settings.traces.exporters, settings.metrics.exporters
-    if not traces and not metrics:
-        # Nothing to export to: the application's own providers, if it installed any.
-        # Without the API loaded, none can have been installed (and none is loaded).
-        if traces is None and metrics is None and not _api_loaded():
-            return None
-        return _active(
-            cls(
-                tracer_provider=_tracer_provider(settings.traces, None),
-                meter_provider=_meter_provider(settings.metrics, None, settings.interval_ms),
-                record_summaries=settings.summaries,
-            )
-        )
-    resource = _sdk_resource(settings, otlp=_OTLP in (*(traces or ()), *(metrics or ())))
-    return _active(
-        cls(
-            tracer_provider=_tracer_provider(settings.traces, resource),
-            meter_provider=_meter_provider(settings.metrics, resource, settings.interval_ms),
-            record_summaries=settings.summaries,
-            owns_providers=True,
-        )
+    if traces is None and metrics is None and not _api_loaded():
+        # Nothing configured, and without the API loaded no SDK can have been
+        # installed globally either: nothing records (and nothing is imported).
+        return None
+    from opentelemetry.metrics import NoOpMeterProvider  # noqa: PLC0415
+    from opentelemetry.trace import NoOpTracerProvider  # noqa: PLC0415
+
+    # Per signal: exported as configured, off (`none`), or None: the global provider.
+    tracers: TracerProvider | None = None if traces is None else NoOpTracerProvider()
+    meters: MeterProvider | None = None if metrics is None else NoOpMeterProvider()
+    if traces or metrics:
+        resource = _sdk_resource(settings, otlp=_OTLP in (*(traces or ()), *(metrics or ())))
+        if traces:
+            tracers = _tracer_provider(traces, settings.traces, resource)
+        if metrics:
+            meters = _meter_provider(metrics, settings.metrics, resource, settings.interval_ms)
+    telemetry = cls(
+        tracer_provider=tracers,
+        meter_provider=meters,
+        record_summaries=settings.summaries,
+        owns_providers=True,
     )
+    if telemetry.active:
+        return telemetry
+    telemetry.shutdown()
+    return None
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -210,24 +215,10 @@ def _sdk_resource(settings: ExportSettings, *, otlp: bool) -> Resource:
     return Resource.create(dict(settings.resource))
 
 
-def _active(telemetry: Telemetry) -> Telemetry | None:
-    if telemetry.active:
-        return telemetry
-    telemetry.shutdown()
-    return None
-
-
-def _tracer_provider(signal: SignalExport, resource: Resource | None) -> TracerProvider | None:
-    """An SDK provider exporting to `signal`'s exporters; None (the global's) or a no-op.
-
-    `resource` is needed only when the signal has exporters.
-    """
-    if signal.exporters is None:
-        return None
-    if not signal.exporters or resource is None:
-        from opentelemetry.trace import NoOpTracerProvider  # noqa: PLC0415
-
-        return NoOpTracerProvider()
+def _tracer_provider(
+    exporters: tuple[str, ...], signal: SignalExport, resource: Resource
+) -> TracerProvider:
+    """An SDK provider exporting to `exporters` (batched)."""
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
     from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
         BatchSpanProcessor,
@@ -236,7 +227,7 @@ def _tracer_provider(signal: SignalExport, resource: Resource | None) -> TracerP
     )
 
     provider = TracerProvider(resource=resource)
-    for name in signal.exporters:
+    for name in exporters:
         exporter: SpanExporter
         if name == _OTLP:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
@@ -251,15 +242,9 @@ def _tracer_provider(signal: SignalExport, resource: Resource | None) -> TracerP
 
 
 def _meter_provider(
-    signal: SignalExport, resource: Resource | None, interval_ms: int
-) -> MeterProvider | None:
-    """An SDK provider reading every `interval_ms` into `signal`'s exporters; or as above."""
-    if signal.exporters is None:
-        return None
-    if not signal.exporters or resource is None:
-        from opentelemetry.metrics import NoOpMeterProvider  # noqa: PLC0415
-
-        return NoOpMeterProvider()
+    exporters: tuple[str, ...], signal: SignalExport, resource: Resource, interval_ms: int
+) -> MeterProvider:
+    """An SDK provider reading every `interval_ms` into `exporters`."""
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
     from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
         ConsoleMetricExporter,
@@ -268,7 +253,7 @@ def _meter_provider(
     )
 
     readers = []
-    for name in signal.exporters:
+    for name in exporters:
         exporter: MetricExporter
         if name == _OTLP:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
