@@ -175,7 +175,7 @@ class Gate:
         even if the principal could otherwise use it. `command_id` is the host's id of
         the user's intent, the idempotency key source of unconfirmed writes.
         """
-        if _spans is None and self._telemetry is not None:
+        if self._telemetry is not None and _spans is None:
             again = functools.partial(
                 self.handle,
                 call,
