@@ -130,14 +130,19 @@ def test_an_endpoint_builds_sdk_providers_the_telemetry_owns(receiver: OtlpRecei
     assert telemetry.record_summaries is True
     with telemetry.tracer.start_as_current_span("one"):
         telemetry.tool_calls.add(1, {"gen_ai.tool.name": "t", "handrail.status": "ok"})
+    assert telemetry.force_flush() is True  # exported now, not at the next batch
+    assert _span_names(receiver) == ["one"]
+    with telemetry.tracer.start_as_current_span("two"):
+        pass
     telemetry.shutdown()
     # Shut down: what was held was exported, and nothing more is.
-    assert _span_names(receiver) == ["one"]
-    assert len(receiver.metrics) == 1
+    assert _span_names(receiver) == ["one", "two"]
+    assert receiver.metrics  # the counter left with the flush or on shutdown
+    exported = len(receiver.traces)
     with telemetry.tracer.start_as_current_span("after"):
         pass
     telemetry.shutdown()  # a second time does nothing
-    assert len(receiver.traces) == 1
+    assert len(receiver.traces) == exported
 
 
 def _span_names(receiver: OtlpReceiver) -> list[str]:
