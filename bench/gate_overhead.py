@@ -13,6 +13,7 @@ minimum over rounds of µs/call, and the median over rounds of the ratio to the 
 
     .venv/bin/python bench/gate_overhead.py                  # Handrail only
     .venv/bin/python bench/gate_overhead.py --peers          # plus peer frameworks
+    .venv/bin/python bench/gate_overhead.py --telemetry      # plus OpenTelemetry paths
     .venv/bin/python bench/gate_overhead.py --quick --json out.json
     .venv/bin/python bench/gate_overhead.py --profile        # cProfile of the gate path
     .venv/bin/python bench/gate_overhead.py --unique-args    # no argument text repeats
@@ -123,6 +124,8 @@ class Case:
     reset: Callable[[], None] | None = None
     """Not timed, after each batch (for example: drop captured events)."""
     close: Callable[[], None] | None = None
+    verify: Callable[[], None] | None = None
+    """Once, after the correctness check's good call (for example: spans were exported)."""
     group: str = "handrail"
     samples: list[float] = field(default_factory=list)
     """µs/call, one per round."""
@@ -141,6 +144,8 @@ class Stats:
     vs_baseline: float
     vs_handrail: float
     rounds_us: list[float]
+    ratios_vs_handrail: list[float]
+    """The same-round ratios to Handrail (audit off), one per round."""
 
 
 def _principal() -> Principal:
@@ -256,6 +261,77 @@ def handrail_cases(workdir: Path) -> list[Case]:
             key="handrail_sync",
             label="handrail gate, sync tool (worker thread), audit off",
             call=_gate_call(off, "echo_sync"),
+            **common,
+        ),
+    ]
+
+
+# --- telemetry --------------------------------------------------------------------------------
+
+OTEL_NOOP = "handrail_otel_noop"
+
+
+def telemetry_cases() -> list[Case]:
+    """The gate (audit off) with telemetry: on the API alone, and on the SDK.
+
+    The no-op case is what a process with the API but no SDK installed gets: its ratio
+    to the gate without telemetry is the cost of "telemetry that records nothing". The
+    SDK cases are for information: every span exported to memory and every measurement
+    aggregated; and with the sampler off, metrics and one unsampled span per call.
+    """
+    from opentelemetry import trace  # noqa: PLC0415 - only with --telemetry
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: PLC0415
+        InMemorySpanExporter,
+    )
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: PLC0415
+
+    from handrail.telemetry import Telemetry  # noqa: PLC0415
+
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider), (
+        "the no-op case needs a process with no tracer provider installed globally"
+    )
+    api = "await Gate.handle(...) with Gate(..., telemetry=Telemetry(...)); Envelope.to_json()"
+    noop = Telemetry()
+    assert not noop.active
+
+    spans = InMemorySpanExporter()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    sdk = Telemetry(tracer_provider=tracers, meter_provider=MeterProvider(metric_readers=[reader]))
+
+    def exported() -> None:
+        names = {span.name for span in spans.get_finished_spans()}
+        assert {"execute_tool echo", "handrail.execute", "handrail.shape"} <= names, names
+
+    unsampled = Telemetry(
+        tracer_provider=TracerProvider(sampler=ALWAYS_OFF),
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+    )
+    common: dict[str, Any] = {"decode": _handrail_data, "refused": _handrail_refused, "api": api}
+    return [
+        Case(
+            key=OTEL_NOOP,
+            label="handrail gate, telemetry on a no-op API provider",
+            call=_gate_call(Gate(_registry(), audit=None, telemetry=noop), "echo"),
+            **common,
+        ),
+        Case(
+            key="handrail_otel_sdk",
+            label="handrail gate, telemetry on the SDK (in-memory span exporter + reader)",
+            call=_gate_call(Gate(_registry(), audit=None, telemetry=sdk), "echo"),
+            reset=spans.clear,
+            verify=exported,
+            **common,
+        ),
+        Case(
+            key="handrail_otel_unsampled",
+            label="handrail gate, telemetry on the SDK, spans not sampled (metrics only)",
+            call=_gate_call(Gate(_registry(), audit=None, telemetry=unsampled), "echo"),
             **common,
         ),
     ]
@@ -409,6 +485,8 @@ async def check(case: Case) -> None:
     text = await case.call(GOOD_ARGS)
     assert isinstance(text, str), (case.key, text)
     assert case.decode(text) == GOOD_RESULT, (case.key, text)
+    if case.verify is not None:
+        case.verify()
     outcome = await _outcome(case.call, BAD_ARGS)
     assert case.refused(outcome), (case.key, outcome)
 
@@ -477,6 +555,9 @@ def summarize(cases: list[Case]) -> list[Stats]:
                 vs_baseline=same_round_ratio(case.samples, base),
                 vs_handrail=same_round_ratio(case.samples, gate),
                 rounds_us=spread.rounds,
+                ratios_vs_handrail=[
+                    round(a / b, 4) for a, b in zip(case.samples, gate, strict=True)
+                ],
             )
         )
     return stats
@@ -520,6 +601,8 @@ def findings(stats: list[Stats]) -> list[str]:
             f"  of which the thread hop alone (baseline sync - baseline): "
             f"{thread.median_us - by_key[BASELINE].median_us:+.2f} µs/call",
         )
+    if OTEL_NOOP in by_key:
+        out.extend(_telemetry_findings(by_key))
     peers = [s for s in stats if s.group == "peer"]
     if peers:
         cheapest = min(peers, key=lambda s: s.median_us)
@@ -528,6 +611,26 @@ def findings(stats: list[Stats]) -> list[str]:
             f"Cheapest peer: {cheapest.label} at {cheapest.median_us:.2f} µs/call; Handrail "
             f"(audit off) costs {gate.median_us / cheapest.median_us:.2f}x of it "
             f"(same-round ratio {1 / cheapest.vs_handrail:.2f}x): {verdict} the cheapest peer.",
+        )
+    return out
+
+
+def _telemetry_findings(by_key: dict[str, Stats]) -> list[str]:
+    gate, noop = by_key[HANDRAIL], by_key[OTEL_NOOP]
+    ratios = sorted(noop.ratios_vs_handrail)
+    target = "met" if noop.vs_handrail <= 1.02 else "NOT met"
+    line = (
+        f"Telemetry on a no-op API provider / no telemetry (audit off): "
+        f"{noop.vs_handrail:.3f}x, same-round ratios {ratios[0]:.3f}..{ratios[-1]:.3f} "
+        f"over {len(ratios)} rounds (target <= 1.02: {target}); "
+        f"{noop.median_us:.2f} vs {gate.median_us:.2f} µs/call"
+    )
+    out = [line]
+    for key in ("handrail_otel_sdk", "handrail_otel_unsampled"):
+        s = by_key[key]
+        out.append(
+            f"{s.label}: {s.median_us:.2f} µs/call, +{s.median_us - gate.median_us:.2f} µs "
+            f"({s.vs_handrail:.2f}x no telemetry)",
         )
     return out
 
@@ -548,6 +651,8 @@ def environment(args: argparse.Namespace) -> dict[str, object]:
         "pydantic-ai-slim",
         "langchain-core",
         "mcp",
+        "opentelemetry-api",
+        "opentelemetry-sdk",
     )
     return environment_facts(settings, distributions)
 
@@ -632,6 +737,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Stats], list[str]]:
     """Build the cases, measure them interleaved, close them."""
     with tempfile.TemporaryDirectory(prefix="handrail-bench-") as tmp:
         cases = [baseline_case(), baseline_sync_case(), *handrail_cases(Path(tmp))]
+        if args.telemetry:
+            cases.extend(telemetry_cases())
         notes: list[str] = []
         if args.peers:
             more, notes = await peer_cases()
@@ -655,6 +762,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options; --quick shrinks rounds and calls unless they are given."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", action="store_true", help="also measure peer frameworks")
+    parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="also measure the gate with OpenTelemetry (no-op API provider, SDK)",
+    )
     parser.add_argument("--quick", action="store_true", help="a short run (5 rounds of 500)")
     parser.add_argument("--rounds", type=int, help="rounds per path (default 15)")
     parser.add_argument("--calls", type=int, help="calls per round (default 2000)")
@@ -695,6 +807,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(_table("Handrail", [s for s in stats if s.group == "handrail"]))
+    if args.telemetry:
+        print("Per-round ratios of telemetry paths to the gate without telemetry:")
+        for s in stats:
+            if s.key.startswith("handrail_otel"):
+                print(f"  {s.key}: {' '.join(f'{r:.3f}' for r in s.ratios_vs_handrail)}")
     peers = [s for s in stats if s.group == "peer"]
     if peers:
         print()
@@ -721,6 +838,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratio_vs_baseline": round(s.vs_baseline, 3),
                     "ratio_vs_handrail": round(s.vs_handrail, 3),
                     "rounds_us": s.rounds_us,
+                    "round_ratios_vs_handrail": s.ratios_vs_handrail,
                 }
                 for s in stats
             },

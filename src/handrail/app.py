@@ -2,8 +2,9 @@
 
 Owns the default wiring only: the store opened by URL, one audit sink writing to that
 store (on unless turned off), one Shaper shared by the Gate and Writes (full results
-kept in the store for people), Writes signed by the application's keyring, and an agent
-loop with bounded defaults. It decides nothing about a call; the Gate does.
+kept in the store for people), Writes signed by the application's keyring, telemetry
+as the `OTEL_*` variables configure it, and an agent loop with bounded defaults. It
+decides nothing about a call; the Gate does.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from handrail.loop.budgets import RunBudget
     from handrail.loop.models import ModelClient
     from handrail.principal import Principal
+    from handrail.telemetry import Telemetry
 
 __all__ = ["MEMORY", "Handrail"]
 
@@ -75,6 +77,8 @@ class Handrail:
         clock: Clock,
         owned_sink: BatchingAuditSink | None = None,
         owned_store: Store | None = None,
+        telemetry: Telemetry | None = None,
+        owned_telemetry: Telemetry | None = None,
     ) -> None:
         self._registry = registry
         self._store = store
@@ -85,6 +89,8 @@ class Handrail:
         # What `close` closes: only what `open` opened, the sink before its store.
         self._owned_sink = owned_sink
         self._owned_store = owned_store
+        self._telemetry = telemetry
+        self._owned_telemetry = owned_telemetry
         self._closed = False
 
     @classmethod
@@ -106,6 +112,7 @@ class Handrail:
         max_result_chars: int = 16_000,
         new_id: Callable[[], str] | None = None,
         rng: random.Random | None = None,
+        telemetry: bool | Telemetry = True,
     ) -> Handrail:
         """Open `store` and wire a Gate and Writes over `registry`, audited into the store.
 
@@ -122,6 +129,12 @@ class Handrail:
         drawn, since its plans die with the process too. Without a keyring and with no
         write tool there is no `writes`, and the gate refuses writes (RISK_BLOCKED).
 
+        `telemetry`: True records traces and metrics as the standard `OTEL_*`
+        variables configure them (`Telemetry.from_environment()`: nothing when none is
+        set and the application installed no OpenTelemetry SDK), shut down on close;
+        False records none; a Telemetry of yours is used (and stays yours to shut
+        down). It goes to the Gate, the Writes and the loops `agent` makes.
+
         `redaction_key` keys the hashes of values redacted by hashing (random per
         process by default, so equal values hash equally only within one process).
         `clock`, `new_id` (event and plan ids), `rng` (retry jitter), `secrets` (tool
@@ -130,7 +143,12 @@ class Handrail:
         and Writes as they are.
         """
         clock = SystemClock() if clock is None else clock
-        opened, owned = _open(store, migrate=migrate)
+        recorder, built = _telemetry(telemetry)
+        try:
+            opened, owned = _open(store, migrate=migrate)
+        except BaseException:
+            _shut_down(built)
+            raise
         owned_store = opened if owned else None
         owned_sink: BatchingAuditSink | None = None
         try:
@@ -161,6 +179,7 @@ class Handrail:
                     shaper=shaper,
                     secrets=secrets,
                     ledger=ledger,
+                    telemetry=recorder,
                 )
             gate = Gate(
                 tools,
@@ -176,9 +195,13 @@ class Handrail:
                 new_id=new_id,
                 writes=writes,
                 rng=rng,
+                telemetry=recorder,
             )
         except BaseException:
-            _close(owned_sink, owned_store)
+            try:
+                _close(owned_sink, owned_store)
+            finally:
+                _shut_down(built)
             raise
         return cls(
             registry=tools,
@@ -189,6 +212,8 @@ class Handrail:
             clock=clock,
             owned_sink=owned_sink,
             owned_store=owned_store,
+            telemetry=recorder,
+            owned_telemetry=built,
         )
 
     # --- the parts ------------------------------------------------------------------------------
@@ -221,6 +246,11 @@ class Handrail:
     def audit(self) -> AuditSink | None:
         """The sink every audit event goes to; None when auditing is off."""
         return self._audit
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """What the gate, the writes and the loops made here record to; None for nothing."""
+        return self._telemetry
 
     @property
     def clock(self) -> Clock:
@@ -281,11 +311,13 @@ class Handrail:
         `budget` defaults to `handrail.loop.defaults.DEFAULT_BUDGET` (finite steps,
         deadline and tokens); the evidence checker reads this store; runs suspended on a
         plan resume in any process that opens the same store with the same keyring.
-        Other keywords (`system`, `exposure`, `checker`, ...) go to `AgentLoop`.
+        Its `telemetry` is this Handrail's unless given. Other keywords (`system`,
+        `exposure`, `checker`, ...) go to `AgentLoop`.
         """
         # The loop (and the provider adapters it renders with) loads only when asked for.
         from handrail.loop.defaults import agent_loop  # noqa: PLC0415
 
+        options.setdefault("telemetry", self._telemetry)
         return agent_loop(
             gate=self._gate,
             model=model,
@@ -301,13 +333,17 @@ class Handrail:
     def close(self) -> None:
         """Write the queued audit events, then close the sink and the store `open` opened.
 
-        Raises AuditSinkError if events could not be written (the store is closed
-        anyway). A second call does nothing.
+        Then the telemetry `open` built from the environment exports what it holds and
+        shuts down. Raises AuditSinkError if events could not be written (the store is
+        closed and the telemetry shut down anyway). A second call does nothing.
         """
         if self._closed:
             return
         self._closed = True
-        _close(self._owned_sink, self._owned_store)
+        try:
+            _close(self._owned_sink, self._owned_store)
+        finally:
+            _shut_down(self._owned_telemetry)
 
     async def aclose(self) -> None:
         """`close` for async hosts: waits (bounded) for writes still held, then closes."""
@@ -379,6 +415,24 @@ def _default_keyring(registry: Registry, store: Store) -> Keyring | None:
         "the registry has write tools: pass keyring=Keyring.from_env() or "
         "Keyring.from_file(path), the same in every process that shares this store"
     )
+
+
+def _telemetry(given: bool | Telemetry) -> tuple[Telemetry | None, Telemetry | None]:
+    """What records, and what of it `open` built from the environment (and shuts down)."""
+    if given is False:
+        return None, None
+    if given is not True:
+        return given, None
+    # Loaded only here: with no OTEL_* variable set, OpenTelemetry is not even imported.
+    from handrail.telemetry import Telemetry  # noqa: PLC0415
+
+    built = Telemetry.from_environment()
+    return built, built
+
+
+def _shut_down(telemetry: Telemetry | None) -> None:
+    if telemetry is not None:
+        telemetry.shutdown()
 
 
 def _close(sink: BatchingAuditSink | None, store: Store | None) -> None:

@@ -54,3 +54,18 @@ def test_every_peer_path_still_validates_and_calls_its_tool(
     assert isinstance(results, dict)
     assert {"openai_agents", "pydantic_ai", "langchain", "mcp"} <= set(results)
     assert payload["notes"] == []
+
+
+def test_the_telemetry_paths_are_checked_measured_and_reported(
+    bench: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    payload = _run(bench, tmp_path, "--telemetry")
+    results = payload["results"]
+    assert isinstance(results, dict)
+    telemetry = {"handrail_otel_noop", "handrail_otel_sdk", "handrail_otel_unsampled"}
+    assert telemetry <= set(results)
+    assert all(len(results[key]["round_ratios_vs_handrail"]) == 1 for key in telemetry)
+    out = capsys.readouterr().out
+    assert "Telemetry on a no-op API provider / no telemetry (audit off)" in out

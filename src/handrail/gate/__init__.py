@@ -33,6 +33,7 @@ from handrail.errors import ConfigurationError, ErrorCode, Refusal
 from handrail.gate._authorization import admit, decide, settle
 from handrail.gate._invocation import Invoker
 from handrail.gate._refusals import duplicate_id, failed, refused
+from handrail.gate._traced import traced
 from handrail.gate._write_path import hand_off, revise
 from handrail.principal import Principal
 from handrail.record.audit import Auditor, AuditSink
@@ -48,6 +49,7 @@ from handrail.writes.service import Writes
 
 if TYPE_CHECKING:
     from handrail.telemetry import Telemetry
+    from handrail.telemetry._calls import CallSpans
 
 __all__ = ["Gate"]
 
@@ -123,8 +125,8 @@ class Gate:
         )
         # None: writes are refused with RISK_BLOCKED (a read-only gate).
         self._writes = writes
-        # None records no spans or metrics and costs one test per call.
-        self._telemetry = telemetry
+        # None (as a Telemetry on the API's no-ops, dropped) costs one test per call.
+        self._telemetry = telemetry if telemetry is not None and telemetry.active else None
         self._invoker = Invoker(
             clock=self._clock,
             shaper=self._shaper,
@@ -161,6 +163,7 @@ class Gate:
         _revises: str | None = None,
         _share: Budget | None = None,
         _outcome: list[WriteOutcome] | None = None,
+        _spans: CallSpans | None = None,
     ) -> Envelope:
         """Take one call through every stage; always returns an Envelope for `call.id`.
 
@@ -172,12 +175,32 @@ class Gate:
         even if the principal could otherwise use it. `command_id` is the host's id of
         the user's intent, the idempotency key source of unconfirmed writes.
         """
+        if self._telemetry is not None and _spans is None:
+            again = functools.partial(
+                self.handle,
+                call,
+                principal,
+                timeout=timeout,
+                conversation=conversation,
+                exposure=exposure,
+                command_id=command_id,
+                _revises=_revises,
+                _share=_share,
+            )
+            return await traced(
+                self._telemetry,
+                call,
+                principal,
+                again,
+                auditor=self._auditor,
+                clock=self._clock,
+                scrub=self._scrub,
+                outcome=_outcome,
+            )
+        trail: CallTrail | CallSpans | None = _spans  # spans: stages noted, audit fed
+        if trail is None and self._auditor.enabled:
+            trail = CallTrail(self._auditor, self._clock, call, principal)
         deadline = self._clock.monotonic() + (self._default_timeout if timeout is None else timeout)
-        trail = (
-            CallTrail(self._auditor, self._clock, call, principal)
-            if self._auditor.enabled
-            else None
-        )
         tool: Tool | None = None
         guard = self._guard if conversation is not None else None
         target: str | None = None
@@ -260,7 +283,7 @@ class Gate:
 
             if read_only:
                 envelope = await self._invoker.read(
-                    call, tool, principal, bound, ctx, call_deadline, _share
+                    call, tool, principal, bound, ctx, call_deadline, _share, _spans
                 )
                 if trail:
                     trail.record("execute", "ok", code=envelope.status.value)

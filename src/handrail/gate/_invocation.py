@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.calls import ToolCall
 from handrail.clock import Clock
@@ -25,6 +25,9 @@ from handrail.record.trail import describe_exception
 from handrail.retry import Sleep, retrying
 from handrail.shaping.budget import Budget
 from handrail.shaping.shaper import Shaper
+
+if TYPE_CHECKING:
+    from handrail.telemetry._calls import CallSpans
 
 __all__ = ["GENERIC_FAILURE", "Invoker"]
 
@@ -107,13 +110,17 @@ class Invoker:
         ctx: ToolContext | None,
         deadline: float,
         share: Budget | None,
+        spans: CallSpans | None = None,
     ) -> Envelope:
         """Run a read under the deadline and its retry policy, then shape its result.
 
         What the tool raised becomes a refusal, and so does a result that is not JSON.
-        One coroutine for both: this runs once per call of every read.
+        One coroutine for both: this runs once per call of every read. `spans` (with
+        telemetry) makes the execute and then the shape stage the current span.
         """
         policy = tool.spec.retry
+        if spans is not None:
+            spans.running()
         try:
             if policy.max_attempts == 1:
                 # The common case pays for no retry machinery (and no extra frame).
@@ -149,6 +156,8 @@ class Invoker:
                 retryable=transient,
                 detail=describe_exception(exc),
             ) from None
+        if spans is not None:
+            spans.shaping()
         try:
             return await self._shaper.shape(
                 call_id=call.id,

@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.clock import SystemClock
@@ -26,12 +26,26 @@ if TYPE_CHECKING:
     from handrail.declare.definition import Tool
     from handrail.principal import Principal
 
-__all__ = ["MAX_NAME_IN_AUDIT", "CallTrail", "count_denial", "describe_exception"]
+__all__ = ["MAX_NAME_IN_AUDIT", "CallTrail", "StageNotes", "count_denial", "describe_exception"]
 
 _MAX_DETAIL = 8000
 
 MAX_NAME_IN_AUDIT = 128
 """Tool names as proposed are clipped to this many characters in audit rows."""
+
+
+class StageNotes(Protocol):
+    """What a stage's outcome is noted in: a CallTrail, or telemetry's stand-in for one."""
+
+    def record(
+        self,
+        stage: str,
+        decision: str,
+        *,
+        code: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Note the outcome of `stage`."""
 
 
 class CallTrail:
@@ -139,7 +153,7 @@ async def count_denial(
     conversation: str,
     tool: str,
     target: str | None,
-    trail: CallTrail | None,
+    trail: StageNotes | None,
 ) -> None:
     """Tell the guard about a PERMISSION_DENIED; audit the breaker when this one trips it.
 

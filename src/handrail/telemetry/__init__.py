@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from opentelemetry import metrics, trace
-
 from handrail.telemetry import attributes
 
 if TYPE_CHECKING:
@@ -66,6 +64,13 @@ class Telemetry:
     - `handrail.budget.stops` (counter): runs stopped by a budget, by reason.
     - `gen_ai.client.token.usage` (histogram, tokens) and
       `gen_ai.client.operation.duration` (histogram, s): the agent loop's model turns.
+
+    Providers are resolved once, here: the ones given, else the globally installed
+    ones. The API's stand-ins (no SDK installed when this is built) record nothing:
+    `tracing` / `metering` say so, and a Gate given a Telemetry that does neither
+    drops it, so that it costs what None costs. Build it after installing the SDK.
+    `owns_providers`: `shutdown()` stops the providers passed in (`from_environment`'s
+    own); otherwise they stay the caller's to stop. Global providers are never stopped.
     """
 
     def __init__(
@@ -74,12 +79,32 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         record_summaries: bool = False,
+        owns_providers: bool = False,
     ) -> None:
+        # Loaded here, not on `import handrail.telemetry`: Handrail.open asks the
+        # environment first and most processes configure no telemetry at all.
+        from opentelemetry import metrics, trace  # noqa: PLC0415
+
         version = _version()
-        self.tracer: Tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
-        self.meter: Meter = metrics.get_meter(_SCOPE, version, meter_provider)
+        tracers = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
+        meters = metrics.get_meter_provider() if meter_provider is None else meter_provider
+        self.tracing = not _stand_in(tracers)
+        """False when no span would be recorded: the API's no-op or placeholder provider."""
+        self.metering = not _stand_in(meters)
+        """False when no measurement would be recorded, likewise."""
+        self.tracer: Tracer = (
+            tracers.get_tracer(_SCOPE, version) if self.tracing else trace.NoOpTracer()
+        )
+        self.meter: Meter = (
+            meters.get_meter(_SCOPE, version) if self.metering else metrics.NoOpMeter(_SCOPE)
+        )
         # Off by default: a redacted argument summary is still data about a person.
         self.record_summaries = record_summaries
+        self._providers: tuple[object, ...] = (tracers, meters)
+        given = (tracer_provider, meter_provider)
+        self._owned: tuple[object, ...] = (
+            tuple(p for p in given if p is not None) if owns_providers else ()
+        )
         meter = self.meter
         self.tool_duration: Histogram = meter.create_histogram(
             "handrail.tool.duration",
@@ -134,13 +159,60 @@ class Telemetry:
             description="Duration of one model turn.",
         )
 
+    @property
+    def active(self) -> bool:
+        """Whether anything is recorded at all (spans, measurements or both)."""
+        return self.tracing or self.metering
+
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Telemetry | None:
         """Telemetry as the standard `OTEL_*` variables configure it, or None for none.
 
-        Seam: implemented by the telemetry helper (see /work/notes/CONTRACT-20.md).
+        `environ` defaults to `os.environ`. Read: OTEL_SDK_DISABLED; OTEL_TRACES_EXPORTER
+        and OTEL_METRICS_EXPORTER (`otlp`, `console`, `none`; `otlp` by default once an
+        OTLP endpoint is set); OTEL_EXPORTER_OTLP_ENDPOINT and its `_TRACES_` /
+        `_METRICS_` forms; OTEL_EXPORTER_OTLP_PROTOCOL (`http/protobuf` only);
+        OTEL_EXPORTER_OTLP_HEADERS (and per signal); OTEL_SERVICE_NAME and
+        OTEL_RESOURCE_ATTRIBUTES; OTEL_METRIC_EXPORT_INTERVAL (ms); and
+        HANDRAIL_TELEMETRY_SUMMARIES=true for the redacted argument summaries. A signal
+        with no exporter configured uses the provider the application installed
+        globally, if any. Nothing configured and nothing installed: None. The providers
+        built here are the Telemetry's own (`shutdown()` flushes and stops them).
+        Raises ConfigurationError for a value it cannot honour, and when export is
+        asked for but the SDK is missing (`pip install 'handrail[telemetry]'`).
         """
-        raise NotImplementedError
+        from handrail.telemetry._config import configured  # noqa: PLC0415
+
+        return configured(cls, environ)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Export what the providers hold now; False if some of it could not be."""
+        flushed = True
+        for provider in self._providers:
+            flush = getattr(provider, "force_flush", None)
+            if flush is not None:
+                flushed = bool(flush(timeout_millis)) and flushed
+        return flushed
+
+    def shutdown(self) -> None:
+        """Stop (after a last export) the providers this Telemetry owns; once."""
+        owned, self._owned = self._owned, ()
+        for provider in owned:
+            stop = getattr(provider, "shutdown", None)
+            if stop is not None:
+                stop()
+
+
+def _stand_in(provider: object) -> bool:
+    """Whether `provider` is the API's no-op, or its placeholder for an SDK not installed."""
+    from opentelemetry.metrics import NoOpMeterProvider  # noqa: PLC0415
+    from opentelemetry.metrics._internal import _ProxyMeterProvider  # noqa: PLC0415 - the API names no public type for it
+    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider  # noqa: PLC0415
+
+    return isinstance(
+        provider,
+        NoOpTracerProvider | ProxyTracerProvider | NoOpMeterProvider | _ProxyMeterProvider,
+    )
 
 
 def _version() -> str:
