@@ -65,11 +65,11 @@ async def test_the_environment_s_telemetry_reaches_gate_writes_and_loops_and_is_
         assert app.telemetry is made
         assert app.gate._telemetry is made
         assert app.writes._telemetry is made
-        assert app.agent(ScriptedModelClient([]))._telemetry is made
+        assert app.agent(ScriptedModelClient([]))._telemetry._telemetry is made
         other = capture()
         try:
             loop = app.agent(ScriptedModelClient([]), telemetry=other.telemetry)
-            assert loop._telemetry is other.telemetry
+            assert loop._telemetry._telemetry is other.telemetry
         finally:
             other.shutdown()
         await app.handle(ToolCall(id="c", name="echo", arguments='{"x": 1}'), WHO)

@@ -26,7 +26,7 @@ from handrail.cli._common import (
     console_for_output,
     one_line_errors,
 )
-from handrail.cli._eval_run import run
+from handrail.cli._eval_run import run, write_outputs
 
 if TYPE_CHECKING:
     from handrail.eval.bfcl import Answerer
@@ -70,21 +70,6 @@ def _load(path: Path) -> EvalReport:
     except pydantic.ValidationError as exc:
         count = exc.error_count()
         raise CliError(f"{path} is not a report handrail eval wrote ({count} error(s))") from None
-
-
-def write_outputs(report: EvalReport, *, json_path: Path | None, html_path: Path | None) -> None:
-    """Print the report's table, and write its JSON and HTML where asked."""
-    from handrail.eval.html import render_html  # noqa: PLC0415 - not for --help
-    from handrail.eval.table import render_table  # noqa: PLC0415 - not for --help
-
-    console = console_for_output()
-    console.print(render_table(report))
-    if json_path is not None:
-        json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        console.print(f"report written to {json_path}", highlight=False, markup=False)
-    if html_path is not None:
-        html_path.write_text(render_html(report), encoding="utf-8")
-        console.print(f"HTML report written to {html_path}", highlight=False, markup=False)
 
 
 def _categories(given: Sequence[str] | None) -> tuple[str, ...]:

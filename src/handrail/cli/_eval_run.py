@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from handrail.eval.harness import ModelFactory
     from handrail.eval.report import EvalReport
 
-__all__ = ["DEFAULT_API_KEY_ENV", "run"]
+__all__ = ["DEFAULT_API_KEY_ENV", "run", "write_outputs"]
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 FAILED = 1
@@ -87,27 +87,28 @@ def run(
     Exit status 1 when a scenario's expectations did not hold.
     """
     from handrail.eval.harness import run_suite  # noqa: PLC0415 - the core loads when it runs
-    from handrail.eval.html import render_html  # noqa: PLC0415
-    from handrail.eval.table import render_table  # noqa: PLC0415
+    from handrail.telemetry import Telemetry  # noqa: PLC0415
 
     factory = _factory(endpoint, model, api_key_env)
     if store_dir is not None:
         store_dir.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(
-        run_suite(
-            model=factory,
-            model_name=None if model is None else f"{model} at {endpoint}",
-            only=tuple(only or ()),
-            sqlite_dir=store_dir,
+    # Spans and metrics of the runs go where the standard OTEL_* variables say, if anywhere.
+    telemetry = Telemetry.from_environment()
+    try:
+        report = asyncio.run(
+            run_suite(
+                model=factory,
+                model_name=None if model is None else f"{model} at {endpoint}",
+                only=tuple(only or ()),
+                sqlite_dir=store_dir,
+                telemetry=telemetry,
+            )
         )
-    )
-    if json_path is not None:
-        json_path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    if html_path is not None:
-        html_path.write_text(render_html(report), encoding="utf-8")
-    console = console_for_output()
-    console.print(render_table(report))
-    _summary(console, report)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+    write_outputs(report, json_path=json_path, html_path=html_path)
+    _summary(console_for_output(), report)
     if not report.passed:
         raise typer.Exit(FAILED)
 
@@ -144,3 +145,18 @@ def _summary(console: Console, report: EvalReport) -> None:
     lines.append(Text(f"{passed} of {len(report.scenarios)} scenarios passed", style=style))
     for line in lines:
         console.print(line)
+
+
+def write_outputs(report: EvalReport, *, json_path: Path | None, html_path: Path | None) -> None:
+    """Print the report's table, and write its JSON and HTML where asked."""
+    from handrail.eval.html import render_html  # noqa: PLC0415 - not for --help
+    from handrail.eval.table import render_table  # noqa: PLC0415 - not for --help
+
+    console = console_for_output()
+    console.print(render_table(report))
+    if json_path is not None:
+        json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        console.print(f"report written to {json_path}", highlight=False, markup=False)
+    if html_path is not None:
+        html_path.write_text(render_html(report), encoding="utf-8")
+        console.print(f"HTML report written to {html_path}", highlight=False, markup=False)

@@ -121,12 +121,14 @@ def resolve(
 ) -> None:
     """Settle an UNKNOWN write by hand after checking the downstream system."""
     from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415 - not for --help
+    from handrail.telemetry import Telemetry  # noqa: PLC0415
     from handrail.writes.reconcile import resolve_by_person  # noqa: PLC0415
 
     if succeeded is None:
         raise CliError("say what the downstream system shows: --succeeded or --failed")
     if business_id is not None and not succeeded:
         raise CliError("--business-id goes with --succeeded")
+    telemetry = Telemetry.from_environment()
     opened = open_existing_store(store)
     audit = BatchingAuditSink(opened)
     try:
@@ -138,10 +140,13 @@ def resolve(
             note=note,
             business_id=business_id,
             audit=audit,
+            telemetry=telemetry,
         )
     except WriteRefusedError as refused:
         raise CliError(refused.message) from None
     finally:
         audit.close()
         opened.close()
+        if telemetry is not None:
+            telemetry.shutdown()
     console_for_output().print(f"{settled.status.value} {settled.tool}  key {key}")

@@ -243,6 +243,7 @@ def serve_over_http(
         authorization_server=_url_or_none(settings.jwt_issuer),
         sock=sock,
         on_shutdown=close,
+        telemetry=app.telemetry,
     )
     if not is_loopback(settings.host) and not resource_url.startswith("https://"):
         warning = "handrail: warning: bearer tokens over plain HTTP off this machine; use TLS"

@@ -124,18 +124,22 @@ def reconcile(
     """
     from handrail.clock import SystemClock  # noqa: PLC0415 - not for --help
     from handrail.record.batching import BatchingAuditSink  # noqa: PLC0415
+    from handrail.telemetry import Telemetry  # noqa: PLC0415
     from handrail.writes.reconcile import Reconciler  # noqa: PLC0415
 
     if max_passes is not None and not watch:
         raise CliError("--max-passes only applies with --watch")
     registry = load_registry(app_target)
     worker = worker_id or _default_worker()
+    telemetry = Telemetry.from_environment()
     opened = open_existing_store(store)
     audit = BatchingAuditSink(opened)
     console = console_for_output()
     try:
         clock = SystemClock()
-        reconciler = Reconciler(registry, opened, clock=clock, audit=audit, worker_id=worker)
+        reconciler = Reconciler(
+            registry, opened, clock=clock, audit=audit, worker_id=worker, telemetry=telemetry
+        )
         if watch:
             asyncio.run(
                 _watch(
@@ -157,6 +161,8 @@ def reconcile(
     finally:
         audit.close()
         opened.close()
+        if telemetry is not None:
+            telemetry.shutdown()
 
 
 async def _one_pass(reconciler: Reconciler) -> PassReport:

@@ -127,7 +127,12 @@ class Operations:
         self._auditor = Auditor(app.audit, clock)
         self._raw = RawResults(app.store, clock, auditor=self._auditor)
         self._reconciler = Reconciler(
-            app.registry, app.store, clock=clock, audit=app.audit, worker_id=worker_id
+            app.registry,
+            app.store,
+            clock=clock,
+            audit=app.audit,
+            worker_id=worker_id,
+            telemetry=app.telemetry,
         )
 
     async def _io(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:  # noqa: ANN401
@@ -306,6 +311,7 @@ class Operations:
             clock=self._clock,
             audit=self._app.audit,
             retention_seconds=retention,
+            telemetry=self._app.telemetry,
         )
 
     # --- audit, raw results, runs --------------------------------------------------------------

@@ -135,8 +135,9 @@ async def open_services(
     worker_id = config.server.worker_id or f"{socket.gethostname()}:{os.getpid()}"
     telemetry = _telemetry_from(env)
     async with AsyncExitStack() as stack:
-        # MERGE(tele-core): `if telemetry is not None: stack.callback(telemetry.shutdown)`
-        # (flushes what the providers built from the environment still hold).
+        if telemetry is not None:
+            # Last out: flushes what the providers built from the environment still hold.
+            stack.callback(telemetry.shutdown)
         store = await asyncio.to_thread(
             open_store, config.handrail.store, migrate=config.handrail.migrate
         )
@@ -164,7 +165,8 @@ async def open_services(
             keyring=keyring,
             clock=clock,
             **shared.handrail_options(),
-            # MERGE(tele-core): pass `telemetry=telemetry,` here (Handrail.open takes it there).
+            # The service's own, read once above (False: none, not the environment again).
+            telemetry=telemetry if telemetry is not None else False,
         )
         stack.push_async_callback(app.aclose)
         bearer = bearer_authenticator(
@@ -209,10 +211,7 @@ def _telemetry_from(environ: Mapping[str, str]) -> Telemetry | None:
     """
     from handrail.telemetry import Telemetry  # noqa: PLC0415 - only when serving
 
-    try:
-        return Telemetry.from_environment(environ)
-    except NotImplementedError:  # MERGE(tele-core): delete; from_environment is a stub here
-        return None
+    return Telemetry.from_environment(environ)
 
 
 def load_application(target: str) -> Application:
