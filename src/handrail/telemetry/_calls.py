@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
 
-from handrail.canonical import sha256_hex
 from handrail.errors import ErrorCode
 from handrail.record.audit import summarize_arguments
 from handrail.telemetry import attributes as key
@@ -48,16 +47,6 @@ A model may propose any name: as a metric attribute it would have no bound.
 _EXECUTE_TOOL: Final = "execute_tool"
 _CALL_STAGE: Final = "call"
 _MAX_CALL_ID = 256
-# What the span status marks as an error: failures, not the policy saying no.
-_FAILURES: Final = frozenset(
-    {
-        ErrorCode.FAILED_FINAL,
-        ErrorCode.TRANSIENT,
-        ErrorCode.TIMEOUT,
-        ErrorCode.OUTCOME_UNKNOWN,
-        ErrorCode.CANCELLED,
-    }
-)
 _FAILED: Final = frozenset({"error", "cancelled", "aborted"})
 _PASSED: Final = frozenset({"pass", "ok"})
 # Stages with spans of their own elsewhere: the write path makes plan/execute/reconcile
@@ -241,7 +230,7 @@ class CallSpans:
                 if outcome is not None:
                     found.update(_write_attributes(outcome))
                 span.set_attributes(found)
-                if code in _FAILURES:
+                if code in key.FAILURES:
                     span.set_attribute(key.ERROR_TYPE, code.value)
                     span.set_status(StatusCode.ERROR)
             self._end(span, now)
@@ -345,7 +334,7 @@ def _outcome(span: Span, decision: str, code: str | None) -> None:
         return
     if code is not None:
         span.set_attribute(key.HANDRAIL_ERROR_CODE, str(code))
-    if decision in _FAILED or code in _FAILURES:
+    if decision in _FAILED or code in key.FAILURES:
         span.set_attribute(key.ERROR_TYPE, str(code or decision))
         span.set_status(StatusCode.ERROR)
 
@@ -364,7 +353,7 @@ def _write_attributes(outcome: WriteOutcome) -> dict[str, str | int]:
     if outcome.plan_id is not None:
         found[key.HANDRAIL_PLAN_ID] = outcome.plan_id
     if outcome.key is not None:
-        found[key.HANDRAIL_IDEMPOTENCY_KEY_HASH] = sha256_hex(outcome.key.encode())
+        found[key.HANDRAIL_IDEMPOTENCY_KEY_HASH] = key.key_hash(outcome.key)
     if outcome.record is not None:
         found[key.HANDRAIL_ATTEMPT] = outcome.record.attempts
     return found

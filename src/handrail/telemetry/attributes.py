@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from handrail.canonical import sha256_hex
+from handrail.errors import ErrorCode
+
 __all__ = [
     "ERROR_TYPE",
     "GEN_AI_AGENT_NAME",
@@ -96,3 +99,23 @@ HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 URL_SCHEME: Final = "url.scheme"
 NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
 HANDRAIL_TASK_ID: Final = "handrail.task.id"
+
+
+FAILURES: Final = frozenset(
+    {
+        ErrorCode.FAILED_FINAL,
+        ErrorCode.TRANSIENT,
+        ErrorCode.TIMEOUT,
+        ErrorCode.OUTCOME_UNKNOWN,
+        ErrorCode.CANCELLED,
+    }
+)
+"""Codes that mark a span ERROR; any other code is a refusal: the policy working."""
+
+
+def key_hash(key: str) -> str:
+    """What spans say of an idempotency key: its SHA-256, never the key."""
+    return sha256_hex(key.encode())
+
+
+__all__ += ["FAILURES", "key_hash"]

@@ -25,7 +25,6 @@ Counting rules:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -46,20 +45,9 @@ if TYPE_CHECKING:
     from handrail.telemetry import Telemetry
     from handrail.writes.outcome import WriteJob, WriteOutcome
 
-__all__ = ["FAILURES", "WriteTelemetry", "failed", "key_hash", "traced"]
-
-
-FAILURES = frozenset(
-    {ErrorCode.FAILED_FINAL, ErrorCode.TRANSIENT, ErrorCode.TIMEOUT, ErrorCode.OUTCOME_UNKNOWN}
-)
-"""Codes that mark a span ERROR; any other code is a refusal: the policy working."""
+__all__ = ["WriteTelemetry", "failed", "traced"]
 
 _EXECUTE_TOOL = "execute_tool"
-
-
-def key_hash(key: str) -> str:
-    """What a span says of an idempotency key: its SHA-256, never the key."""
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def failed(span: Span, error_type: str) -> None:
@@ -104,7 +92,7 @@ def _outcome(span: Span, outcome: WriteOutcome) -> None:
     """What a write's outcome tells its span: status, code, key hash, attempt."""
     span.set_attribute(attr.HANDRAIL_STATUS, outcome.envelope.status.value)
     if outcome.key is not None:
-        span.set_attribute(attr.HANDRAIL_IDEMPOTENCY_KEY_HASH, key_hash(outcome.key))
+        span.set_attribute(attr.HANDRAIL_IDEMPOTENCY_KEY_HASH, attr.key_hash(outcome.key))
     if outcome.plan_id is not None:
         span.set_attribute(attr.HANDRAIL_PLAN_ID, outcome.plan_id)
     if outcome.record is not None:
@@ -114,7 +102,7 @@ def _outcome(span: Span, outcome: WriteOutcome) -> None:
     code = outcome.code
     if code is not None:
         span.set_attribute(attr.HANDRAIL_ERROR_CODE, code.value)
-        if code in FAILURES:
+        if code in attr.FAILURES:
             failed(span, code.value)
 
 
@@ -182,7 +170,7 @@ class WriteTelemetry:
         tool = job.tool.spec.name
         attributes = {
             **_stage_attributes("execute", tool, job.principal),
-            attr.HANDRAIL_IDEMPOTENCY_KEY_HASH: key_hash(job.key),
+            attr.HANDRAIL_IDEMPOTENCY_KEY_HASH: attr.key_hash(job.key),
             attr.GEN_AI_TOOL_CALL_ID: job.call_id,
         }
         if job.plan_id is not None:
@@ -251,7 +239,7 @@ class WriteTelemetry:
         attributes = {
             **_call_attributes(tool, call_id, None),
             attr.HANDRAIL_TENANT: record.tenant_id,
-            attr.HANDRAIL_IDEMPOTENCY_KEY_HASH: key_hash(record.idempotency_key),
+            attr.HANDRAIL_IDEMPOTENCY_KEY_HASH: attr.key_hash(record.idempotency_key),
             attr.HANDRAIL_ATTEMPT: record.attempts,
         }
         if record.plan_id is not None:
