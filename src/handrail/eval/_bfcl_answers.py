@@ -18,6 +18,7 @@ from handrail.adapters.transcript import AssistantTurn, Turn, UserTurn
 from handrail.errors import ConfigurationError
 from handrail.eval._bfcl_data import Question, jsonl_entries
 from handrail.eval._bfcl_tools import QuestionTools
+from handrail.text import shown
 
 if TYPE_CHECKING:
     from handrail.loop.models import ModelClient
@@ -69,12 +70,16 @@ def _call(item: object, where: str) -> ProposedCall:
 def load_cassette(path: Path) -> Mapping[str, Answer]:
     """The answers of a JSONL cassette, by question id (ConfigurationError if unreadable)."""
     answers: dict[str, Answer] = {}
-    for where, entry in jsonl_entries(path.read_text(encoding="utf-8"), path.name):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{path.name}: not UTF-8 text") from None
+    for where, entry in jsonl_entries(text, path.name):
         calls = entry.get("calls", [])
         if not isinstance(calls, list):
             raise ConfigurationError(f"{where}: calls is not a list")
         if entry["id"] in answers:
-            raise ConfigurationError(f"{where}: a second answer to {entry['id']}")
+            raise ConfigurationError(f"{where}: a second answer to {shown(entry['id'])}")
         answers[entry["id"]] = Answer(calls=tuple(_call(item, where) for item in calls))
     return answers
 

@@ -151,6 +151,8 @@ def jsonl_entries(text: str, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
             entry = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
+        except RecursionError:  # `[[[[...`: nested deeper than the decoder goes
+            raise ConfigurationError(f"{where}: not JSON (nested too deep)") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ConfigurationError(f"{where}: not an object with an id")
         yield where, entry

@@ -18,7 +18,10 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from handrail.errors import ConfigurationError
+
 __all__ = [
+    "MAX_REPORT_BYTES",
     "METRICS",
     "REPORT_VERSION",
     "EvalReport",
@@ -30,6 +33,8 @@ __all__ = [
 ]
 
 REPORT_VERSION: Final = 1
+MAX_REPORT_BYTES: Final = 64 * 2**20
+"""The largest report file `load_report` reads (a BFCL run's notes are a few MiB)."""
 
 
 class Layer(enum.StrEnum):
@@ -112,14 +117,18 @@ the selection and arguments metrics."""
 
 
 class Metric(BaseModel):
-    """One measured value. Rates carry their counts; the value is derived from them."""
+    """One measured value. Rates carry their counts; the value is derived from them.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Numbers are finite and counts not negative: a report read from a file is input, and
+    NaN or infinity has no place on a chart's scale.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     value: float | None = Field(description="None: nothing to measure (a rate of 0/0).")
-    numerator: int | None = None
-    denominator: int | None = None
+    numerator: int | None = Field(default=None, ge=0)
+    denominator: int | None = Field(default=None, ge=0)
 
     @classmethod
     def rate(cls, name: str, numerator: int, denominator: int) -> Metric:
@@ -147,7 +156,7 @@ class ScenarioResult(BaseModel):
     every tool call's latency by tool, for the distributions.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     title: str
@@ -156,7 +165,9 @@ class ScenarioResult(BaseModel):
     failures: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     latencies_ms: Mapping[str, tuple[float, ...]] = Field(default_factory=dict)
-    cases: int = Field(default=1, description="Questions in a BFCL category; 1 for a scenario.")
+    cases: int = Field(
+        default=1, ge=0, description="Questions in a BFCL category; 1 for a scenario."
+    )
 
     def metric(self, name: str) -> Metric | None:
         """The metric of that name, if the scenario measured it."""
@@ -187,5 +198,14 @@ class EvalReport(BaseModel):
 
 
 def load_report(path: str | Path) -> EvalReport:
-    """Read a report `handrail eval` wrote as JSON (ValidationError for anything else)."""
-    return EvalReport.model_validate_json(Path(path).read_bytes())
+    """Read a report `handrail eval` wrote as JSON (ValidationError for anything else).
+
+    At most `MAX_REPORT_BYTES` are read (ConfigurationError beyond): the file may be
+    anything, a device that never ends included.
+    """
+    with Path(path).open("rb") as file:
+        text = file.read(MAX_REPORT_BYTES + 1)
+    if len(text) > MAX_REPORT_BYTES:
+        msg = f"{path} is over {MAX_REPORT_BYTES // 2**20} MiB: not a report handrail eval wrote"
+        raise ConfigurationError(msg)
+    return EvalReport.model_validate_json(text)

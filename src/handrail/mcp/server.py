@@ -16,10 +16,10 @@ cancellation of a running call (the SDK cancels the handler; the gate and the wr
 rules decide what that means), and, for a write that needs confirmation, a URL-mode
 elicitation offering the application's confirmation page where the client supports it.
 
-Trace context: the SDK's own middleware (on by default) makes the `traceparent` of a
-request's `params._meta` current while it is handled, so the gate's spans of a call are
-children of the client's span; over Streamable HTTP, `http_app(telemetry=...)` also
-reads the request's headers. Nothing here reads or writes it.
+Trace context: `TraceContext` (in place of the SDK's own middleware) makes the
+`traceparent` of a request's `params._meta` current while it is handled, so the gate's
+spans of a call are children of the client's span; over Streamable HTTP,
+`http_app(telemetry=...)` also reads the request's headers. Nothing here reads or writes it.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from handrail.mcp._guards import (
 )
 from handrail.mcp._results import call_result
 from handrail.mcp._toolset import SessionToolsets
+from handrail.mcp._trace_context import TraceContext
 from handrail.plans import PlanState
 from handrail.principal import Principal
 from handrail.record.audit import Auditor
@@ -188,6 +189,9 @@ class GatedServer:
             on_subscriptions_listen=self._subscriptions_listen,
             get_tool_input_schema=_no_header_parameters,
         )
+        # In place of the SDK's default (its OpenTelemetry middleware, which names spans
+        # after the client's tool name, unbounded): the `_meta` trace context alone.
+        self._server.middleware = [TraceContext()]
         # 2026-era confirmation offers travel as InputRequiredResult: their request state
         # (a plan id) is sealed, bound to the request, this server and the principal.
         # Without a confirmation page there are no offers, so no state to unseal: the

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from handrail.errors import ConfigurationError
 
@@ -144,12 +144,34 @@ def _signal(environ: Mapping[str, str], upper: str, path: str) -> SignalExport:
                 f"OTLP protocol {protocol!r}: only {_PROTOCOL} is supported (Handrail ships "
                 f"the OTLP/HTTP exporter); set OTEL_EXPORTER_OTLP_PROTOCOL={_PROTOCOL}"
             )
+    if exporters and _OTLP in exporters:
+        for name, url in (
+            (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", own_endpoint),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", base),
+        ):
+            _check_url(name, url)
     endpoint = own_endpoint or f"{(base or _DEFAULT_ENDPOINT).rstrip('/')}/v1/{path}"
     headers = (
         environ.get(f"OTEL_EXPORTER_OTLP_{upper}_HEADERS", "").strip()
         or environ.get("OTEL_EXPORTER_OTLP_HEADERS", "").strip()
     )
     return SignalExport(exporters=exporters, endpoint=endpoint, headers=_headers(headers))
+
+
+def _check_url(variable: str, url: str) -> None:
+    """ConfigurationError naming `variable` unless `url` is empty or an http(s) URL with a host.
+
+    The exporter takes any string and fails only later, on its thread, with each export.
+    """
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in {"http", "https"} and bool(parts.hostname) and parts.port != -1
+    except ValueError:  # a port that is not a number, a bad IPv6 literal
+        valid = False
+    if not valid:
+        raise ConfigurationError(f"{variable}: not an http:// or https:// URL with a host")
 
 
 def _headers(raw: str) -> Mapping[str, str]:
