@@ -22,7 +22,7 @@ from handrail.loop._agent_record import RunStatus
 from handrail.loop._outcome import RunOutcome
 from handrail.loop.models import ModelError
 from handrail.telemetry import attributes as attr
-from handrail.writes._telemetry import failed, traced
+from handrail.telemetry.spans import failed, traced
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue

@@ -58,18 +58,15 @@ class _SpanTrace(TaskTrace):
         self._span.set_attribute(attributes.HANDRAIL_ATTEMPT, attempt)
 
     def ended(self, state: TaskState, failure: TaskFailure | None = None) -> None:
-        from opentelemetry.trace import StatusCode  # noqa: PLC0415 - telemetry on
-
-        from handrail.telemetry import attributes  # noqa: PLC0415
+        from handrail.telemetry import attributes  # noqa: PLC0415 - telemetry on
+        from handrail.telemetry.spans import failed  # noqa: PLC0415
 
         self.ended_as = state
         self._span.set_attribute(attributes.HANDRAIL_OUTCOME, state.value)
         if failure is not None:
             self._span.set_attribute(attributes.HANDRAIL_ERROR_CODE, failure.code.value)
         if state in _FAILED:
-            kind = state.value if failure is None else failure.code.value
-            self._span.set_attribute(attributes.ERROR_TYPE, kind)
-            self._span.set_status(StatusCode.ERROR, kind)
+            failed(self._span, state.value if failure is None else failure.code.value)
 
 
 def stamped(submission: TaskSubmission) -> TaskSubmission:
@@ -99,10 +96,11 @@ def task_trace(
 def _traced(telemetry: Telemetry, submission: TaskSubmission) -> Iterator[TaskTrace]:
     from opentelemetry import trace  # noqa: PLC0415 - telemetry on
     from opentelemetry.context import Context  # noqa: PLC0415
-    from opentelemetry.trace import SpanKind, StatusCode  # noqa: PLC0415
+    from opentelemetry.trace import SpanKind  # noqa: PLC0415
 
     from handrail.telemetry import attributes  # noqa: PLC0415
     from handrail.telemetry.propagation import context_of  # noqa: PLC0415
+    from handrail.telemetry.spans import failed  # noqa: PLC0415
 
     parent = None
     if submission.traceparent is not None:
@@ -128,7 +126,5 @@ def _traced(telemetry: Telemetry, submission: TaskSubmission) -> Iterator[TaskTr
             # An end the run did not report (the engine stopped it, a store failed):
             # named by its type alone, its message may carry data.
             if traced.ended_as is None:
-                name = type(exc).__qualname__
-                span.set_attribute(attributes.ERROR_TYPE, name)
-                span.set_status(StatusCode.ERROR, name)
+                failed(span, type(exc).__qualname__)
             raise

@@ -58,7 +58,8 @@ class Telemetry:
     - `handrail.tool.calls` (counter): per tool, envelope status and error code.
     - `handrail.executions.unknown` (up-down counter): UNKNOWN executions open.
     - `handrail.reconciliations` (counter, by outcome) and
-      `handrail.reconciliation.duration` (histogram, s): time from UNKNOWN to resolved.
+      `handrail.reconciliation.duration` (histogram, s): time to recover, from the
+      execution's creation (records keep no time of turning UNKNOWN) to its resolution.
     - `handrail.duplicates_prevented` (counter): writes answered from their key's record.
     - `handrail.redactions` (counter): values redacted from results, by kind.
     - `handrail.budget.stops` (counter): runs stopped by a budget, by reason.
@@ -130,7 +131,7 @@ class Telemetry:
         self.time_to_recover: Histogram = meter.create_histogram(
             "handrail.reconciliation.duration",
             unit="s",
-            description="Time from an execution turning UNKNOWN to its reconciliation.",
+            description="Time from an UNKNOWN execution's creation to its resolution.",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
         self.duplicates_prevented: Counter = meter.create_counter(

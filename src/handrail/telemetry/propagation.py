@@ -21,6 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handrail.telemetry import attributes
+from handrail.telemetry.spans import failed
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -185,8 +186,7 @@ def _answered(span: Span, scope: Scope, method: str, status: int, failure: str |
     if status:
         span.set_attribute(attributes.HTTP_RESPONSE_STATUS_CODE, status)
     if failure is not None:
-        span.set_attribute(attributes.ERROR_TYPE, failure)
-        span.set_status(StatusCode.ERROR, failure)
+        failed(span, failure)
     elif status >= _SERVER_ERROR:
         span.set_attribute(attributes.ERROR_TYPE, str(status))
         span.set_status(StatusCode.ERROR)

@@ -25,18 +25,17 @@ Counting rules:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span
 
-from handrail.errors import AccessRefusedError, ErrorCode
+from handrail.errors import ErrorCode
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.telemetry import attributes as attr
+from handrail.telemetry.spans import failed, traced
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
     from opentelemetry.util.types import AttributeValue
 
     from handrail.clock import Clock
@@ -45,47 +44,9 @@ if TYPE_CHECKING:
     from handrail.telemetry import Telemetry
     from handrail.writes.outcome import WriteJob, WriteOutcome
 
-__all__ = ["WriteTelemetry", "failed", "traced"]
+__all__ = ["WriteTelemetry"]
 
 _EXECUTE_TOOL = "execute_tool"
-
-
-def failed(span: Span, error_type: str) -> None:
-    """Mark `span` failed: status ERROR and `error.type`."""
-    span.set_attribute(attr.ERROR_TYPE, error_type)
-    span.set_status(Status(StatusCode.ERROR, error_type))
-
-
-@contextmanager
-def traced(
-    tracer: Tracer,
-    name: str,
-    attributes: Mapping[str, AttributeValue],
-    *,
-    kind: SpanKind = SpanKind.INTERNAL,
-    failure: Callable[[BaseException], str] = lambda exc: type(exc).__name__,
-) -> Iterator[Span]:
-    """A current span that tells a refusal (its code set, status unset) from a failure.
-
-    A refused request of a person (AccessRefusedError) sets the error code attribute;
-    any other exception marks the span ERROR as `failure` names it (by default its
-    type), never with its message.
-    """
-    with tracer.start_as_current_span(
-        name,
-        kind=kind,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except AccessRefusedError as refused:
-            span.set_attribute(attr.HANDRAIL_ERROR_CODE, refused.code.value)
-            raise
-        except BaseException as exc:
-            failed(span, failure(exc))
-            raise
 
 
 def _outcome(span: Span, outcome: WriteOutcome) -> None:
