@@ -37,7 +37,7 @@ from handrail.errors import ErrorCode
 from handrail.eval._costs import cost_metrics, percentile, recovery_metrics, trajectory_metrics
 from handrail.eval._observed import Observation, arguments_of
 from handrail.eval._world import SeenCall
-from handrail.eval.report import METRICS, Metric, ScenarioResult
+from handrail.eval.report import METRICS, Metric, ScenarioResult, total_metrics
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionStatus
 from handrail.spec import RiskLevel
@@ -107,24 +107,18 @@ def totals(scored: Sequence[Scored]) -> tuple[Metric, ...]:
         "recovery_seconds_mean": sum(recoveries) / len(recoveries) if recoveries else None,
         "recovery_seconds_p95": percentile(recoveries, 95),
     }
-    out: list[Metric] = []
-    for name in SCORED_METRICS:
-        if name in recomputed:
-            out.append(Metric.amount(name, recomputed[name]))
-            continue
-        found = [m for s in scored if (m := s.result.metric(name)) is not None]
-        if METRICS[name].kind == "rate":
-            out.append(
-                Metric.rate(
-                    name,
-                    sum(m.numerator or 0 for m in found),
-                    sum(m.denominator or 0 for m in found),
-                )
-            )
-            continue
-        values = [m.value for m in found if m.value is not None]
-        out.append(Metric.amount(name, sum(values) if values else None))
-    return tuple(out)
+    summed = {m.name: m for m in total_metrics(s.result for s in scored)}
+    return tuple(
+        Metric.amount(name, recomputed[name])
+        if name in recomputed
+        else summed.get(name) or _unmeasured(name)
+        for name in SCORED_METRICS
+    )
+
+
+def _unmeasured(name: str) -> Metric:
+    """The total of a metric no scenario measured (there were no scenarios)."""
+    return Metric.rate(name, 0, 0) if METRICS[name].kind == "rate" else Metric.amount(name, None)
 
 
 # --- the layers ------------------------------------------------------------------------------
