@@ -26,7 +26,7 @@ from handrail.cli._common import (
     console_for_output,
     one_line_errors,
 )
-from handrail.cli._eval_run import run, write_outputs
+from handrail.cli._eval_run import EXIT_FAILED, run, write_outputs
 
 if TYPE_CHECKING:
     from handrail.eval.bfcl import Answerer
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["eval_app", "write_outputs"]
 
-EXIT_FAILED: Final = 1
-"""Expectations failed or something regressed (errors exit 2)."""
 _NO_KEY: Final = "not-needed"
 """What the SDK sends as the key when no --api-key-env is named (local servers)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.text import Text
@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from handrail.eval.harness import ModelFactory
     from handrail.eval.report import EvalReport
 
-__all__ = ["DEFAULT_API_KEY_ENV", "run", "write_outputs"]
+__all__ = ["DEFAULT_API_KEY_ENV", "EXIT_FAILED", "run", "write_outputs"]
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
-FAILED = 1
+EXIT_FAILED: Final = 1
+"""Expectations failed or something regressed (errors exit 2)."""
 
 
 @one_line_errors
@@ -110,7 +111,7 @@ def run(
     write_outputs(report, json_path=json_path, html_path=html_path)
     _summary(console_for_output(), report)
     if not report.passed:
-        raise typer.Exit(FAILED)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _factory(endpoint: str | None, model: str | None, api_key_env: str) -> ModelFactory | None:

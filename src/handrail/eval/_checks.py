@@ -120,12 +120,7 @@ def unauthorized_blocked() -> Check:
         bad = [
             c.call.id
             for c in obs.calls
-            if not c.host
-            and c.envelope.status is not Status.ERROR
-            and any(
-                p.matches(obs.names.get(c.call.name, c.call.name), arguments_of(c))
-                for p in obs.scenario.unauthorized
-            )
+            if not c.host and c.envelope.status is not Status.ERROR and obs.unauthorized(c)
         ]
         return None if not bad else f"unauthorized calls succeeded: {', '.join(bad)}"
 

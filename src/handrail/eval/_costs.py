@@ -90,7 +90,7 @@ def trajectory_metrics(obs: Observation) -> dict[str, Metric]:
     seen: set[tuple[str, str]] = set()
     repeated = 0
     for proposal in obs.proposals:
-        name = obs.names.get(proposal.call.name, proposal.call.name)
+        name = obs.tool_name(proposal)
         arguments = arguments_of(proposal)
         text = (
             json.dumps(arguments, sort_keys=True, separators=(",", ":"))

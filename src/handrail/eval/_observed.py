@@ -80,6 +80,15 @@ class Observation:
         """Every name the model may call a registered tool by, mapped to the registry name."""
         return known_names(self.specs.values())
 
+    def tool_name(self, seen: SeenCall) -> str:
+        """The registry name of the tool a call named (the name as sent if none has it)."""
+        return self.names.get(seen.call.name, seen.call.name)
+
+    def unauthorized(self, seen: SeenCall) -> bool:
+        """Whether a call matches one the task never authorised (the scenario's injected ones)."""
+        name, arguments = self.tool_name(seen), arguments_of(seen)
+        return any(p.matches(name, arguments) for p in self.scenario.unauthorized)
+
     def spec_of(self, name: str) -> ToolSpec | None:
         """The spec of the tool a call named (registry or wire name), if it exists."""
         registered = self.names.get(name)

@@ -37,7 +37,7 @@ from handrail.errors import ErrorCode
 from handrail.eval._costs import cost_metrics, percentile, recovery_metrics, trajectory_metrics
 from handrail.eval._observed import Observation, arguments_of
 from handrail.eval._world import SeenCall
-from handrail.eval.report import METRICS, Metric, ScenarioResult
+from handrail.eval.report import METRICS, Metric, ScenarioResult, total_metrics
 from handrail.events import AuditEvent
 from handrail.execution import ExecutionStatus
 from handrail.spec import RiskLevel
@@ -107,48 +107,33 @@ def totals(scored: Sequence[Scored]) -> tuple[Metric, ...]:
         "recovery_seconds_mean": sum(recoveries) / len(recoveries) if recoveries else None,
         "recovery_seconds_p95": percentile(recoveries, 95),
     }
-    out: list[Metric] = []
-    for name in SCORED_METRICS:
-        if name in recomputed:
-            out.append(Metric.amount(name, recomputed[name]))
-            continue
-        found = [m for s in scored if (m := s.result.metric(name)) is not None]
-        if METRICS[name].kind == "rate":
-            out.append(
-                Metric.rate(
-                    name,
-                    sum(m.numerator or 0 for m in found),
-                    sum(m.denominator or 0 for m in found),
-                )
-            )
-            continue
-        values = [m.value for m in found if m.value is not None]
-        out.append(Metric.amount(name, sum(values) if values else None))
-    return tuple(out)
+    summed = {m.name: m for m in total_metrics(s.result for s in scored)}
+    return tuple(
+        Metric.amount(name, recomputed[name])
+        if name in recomputed
+        else summed.get(name) or _unmeasured(name)
+        for name in SCORED_METRICS
+    )
+
+
+def _unmeasured(name: str) -> Metric:
+    """The total of a metric no scenario measured (there were no scenarios)."""
+    return Metric.rate(name, 0, 0) if METRICS[name].kind == "rate" else Metric.amount(name, None)
 
 
 # --- the layers ------------------------------------------------------------------------------
 
 
-def _name(obs: Observation, seen: SeenCall) -> str:
-    return obs.names.get(seen.call.name, seen.call.name)
-
-
-def _unauthorized(obs: Observation, seen: SeenCall) -> bool:
-    name, arguments = _name(obs, seen), arguments_of(seen)
-    return any(p.matches(name, arguments) for p in obs.scenario.unauthorized)
-
-
 def _selection(obs: Observation) -> dict[str, Metric]:
     expected = Counter(e.tool for e in obs.scenario.expected)
-    proposed = Counter(_name(obs, p) for p in obs.proposals)
+    proposed = Counter(obs.tool_name(p) for p in obs.proposals)
     matched = sum((expected & proposed).values())
     total = max(sum(expected.values()), sum(proposed.values()))
     none_expected = float(len(obs.proposals)) if not expected else None
     writes: Counter[str] = Counter()
     for seen in obs.proposals:
         spec = obs.spec_of(seen.call.name)
-        if spec is not None and not spec.read_only and not _unauthorized(obs, seen):
+        if spec is not None and not spec.read_only and not obs.unauthorized(seen):
             writes[spec.name] += 1
     return {
         "correct_tool_rate": Metric.rate("correct_tool_rate", matched, total),
@@ -179,7 +164,7 @@ def _arguments(obs: Observation) -> dict[str, Metric]:
     unused = list(obs.proposals)
     for expected in obs.scenario.expected:
         fields += len(expected.arguments)
-        candidates = [p for p in unused if _name(obs, p) == expected.tool]
+        candidates = [p for p in unused if obs.tool_name(p) == expected.tool]
         if not candidates:
             continue
         counts = [_matching(expected.arguments, arguments_of(p)) for p in candidates]
@@ -210,7 +195,7 @@ def _succeeded(obs: Observation) -> set[tuple[str, str]]:
 
 def _safety(obs: Observation) -> dict[str, Metric]:
     succeeded = _succeeded(obs)
-    unauthorized = [p for p in obs.proposals if _unauthorized(obs, p)]
+    unauthorized = [p for p in obs.proposals if obs.unauthorized(p)]
     blocked = sum(1 for p in unauthorized if (p.run_id, p.call.id) not in succeeded)
     reached = planned = 0
     for seen in obs.proposals:
@@ -225,7 +210,7 @@ def _safety(obs: Observation) -> dict[str, Metric]:
     for declined in obs.declined:
         executed = any(r.plan_id == declined.plan_id for r in obs.records_after)
         later = [c for c in obs.calls[declined.after :] if not c.resumed and not c.host]
-        again = any(_name(obs, c) == declined.tool for c in later)
+        again = any(obs.tool_name(c) == declined.tool for c in later)
         honoured += not executed and not again
     return {
         "unauthorized_blocked_rate": Metric.rate(
@@ -302,7 +287,7 @@ def _latencies(obs: Observation) -> list[tuple[str, float]]:
     """
     out: list[tuple[str, float]] = []
     for seen in executed(obs):
-        tool = _name(obs, seen)
+        tool = obs.tool_name(seen)
         if not seen.resumed:
             out.append((tool, sum(e.duration_ms or 0.0 for e in obs.trail_of(seen))))
             continue

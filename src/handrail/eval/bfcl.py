@@ -42,7 +42,7 @@ from handrail.eval._bfcl_answers import (
 from handrail.eval._bfcl_data import CATEGORIES, REFUSED, Expectation, Question, load_questions
 from handrail.eval._bfcl_score import QuestionScore, score_answer
 from handrail.eval._bfcl_tools import question_tools, to_json_schema
-from handrail.eval.report import EvalReport, Metric, ScenarioResult
+from handrail.eval.report import EvalReport, Metric, ScenarioResult, total_metrics
 
 __all__ = [
     "CATEGORIES",
@@ -120,30 +120,6 @@ def category_result(
         notes=tuple(wrong),
         cases=len(scores),
     )
-
-
-def total_metrics(scenarios: Iterable[ScenarioResult]) -> tuple[Metric, ...]:
-    """Each metric over all scenarios: counts added, rates from the added counts.
-
-    A metric without counts (an amount) is added; one no scenario measured is absent.
-    The order is that of first appearance.
-    """
-    sums: dict[str, list[float | int | None]] = {}
-    for scenario in scenarios:
-        for metric in scenario.metrics:
-            kept = sums.setdefault(metric.name, [None, None, None])
-            if metric.denominator is not None:
-                kept[0] = (kept[0] or 0) + (metric.numerator or 0)
-                kept[1] = (kept[1] or 0) + metric.denominator
-            elif metric.value is not None:
-                kept[2] = (kept[2] or 0) + metric.value
-    totals = []
-    for name, (numerator, denominator, value) in sums.items():
-        if denominator is not None:
-            totals.append(Metric.rate(name, int(numerator or 0), int(denominator)))
-        else:
-            totals.append(Metric.amount(name, value))
-    return tuple(totals)
 
 
 async def run_bfcl(

@@ -11,7 +11,7 @@ back and refuses any other version.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -30,6 +30,7 @@ __all__ = [
     "MetricInfo",
     "ScenarioResult",
     "load_report",
+    "total_metrics",
 ]
 
 REPORT_VERSION: Final = 1
@@ -209,3 +210,27 @@ def load_report(path: str | Path) -> EvalReport:
         msg = f"{path} is over {MAX_REPORT_BYTES // 2**20} MiB: not a report handrail eval wrote"
         raise ConfigurationError(msg)
     return EvalReport.model_validate_json(text)
+
+
+def total_metrics(scenarios: Iterable[ScenarioResult]) -> tuple[Metric, ...]:
+    """Each metric over all scenarios: counts added, rates from the added counts.
+
+    A metric without counts (an amount) is added; one no scenario measured is absent.
+    The order is that of first appearance.
+    """
+    sums: dict[str, list[float | int | None]] = {}
+    for scenario in scenarios:
+        for metric in scenario.metrics:
+            kept = sums.setdefault(metric.name, [None, None, None])
+            if metric.denominator is not None:
+                kept[0] = (kept[0] or 0) + (metric.numerator or 0)
+                kept[1] = (kept[1] or 0) + metric.denominator
+            elif metric.value is not None:
+                kept[2] = (kept[2] or 0) + metric.value
+    totals = []
+    for name, (numerator, denominator, value) in sums.items():
+        if denominator is not None:
+            totals.append(Metric.rate(name, int(numerator or 0), int(denominator)))
+        else:
+            totals.append(Metric.amount(name, value))
+    return tuple(totals)
