@@ -53,6 +53,8 @@ _KEYWORD_STARTS = (
     b"credential",
 )
 """How every assignment keyword starts (in the lower-case view)."""
+_ANY_KEYWORD_START = re.compile(b"|".join(re.escape(start) for start in _KEYWORD_STARTS))
+"""One search for all of them: a text without any holds no assignment to look at."""
 _TYPE = rb"[a-z_][\w.]*(?:\[[\w\[\], .|]{0,60}\])?"
 """A type annotation between a name and its `=`, in the lower-case view."""
 _KEYWORD = re.compile(
@@ -169,6 +171,8 @@ def assignments(text: str, views: Views, found: list[Candidate]) -> None:
     but not `password = get_password()` nor `password: str`.
     """
     low = views.low
+    if _ANY_KEYWORD_START.search(low) is None:
+        return
     for at in sorted(at for start in _KEYWORD_STARTS for at in finds(low, start)):
         match = _KEYWORD.match(low, at)
         if match is None or not _name_boundary(text, at):

@@ -42,6 +42,8 @@ _NOT_BEFORE_NUMBER = r"(?![0-9A-Za-z])(?!\.[0-9])"
 
 _NUMBER_ANCHORS = (b"00000000000", b"0000 0000", b"0000-0000")
 """Eleven digits in a row, or two groups of four: every phone, card and ID has one."""
+_SHARED_BY_NUMBER_ANCHORS = b"0000"
+"""Four digits in a row, which each of the number anchors holds: one search screens them."""
 _IBAN_ANCHOR = b"AA00"
 _DOT = ord(".")
 _ZERO = ord("0")
@@ -121,6 +123,18 @@ def _finds_str(text: str, needle: str) -> Iterator[int]:
 
 def numbers(text: str, views: Views, found: list[Candidate]) -> None:
     classes = views.classes
+    if _SHARED_BY_NUMBER_ANCHORS in classes:
+        _numbers(text, classes, found)
+    if _IBAN_ANCHOR in classes:
+        for start, end in lines_holding(text, finds(classes, _IBAN_ANCHOR)):
+            found.extend(
+                (RANK_IBAN, *span, Kind.IBAN)
+                for span in _validated(_IBAN, text, start, end, _iban_end)
+            )
+
+
+def _numbers(text: str, classes: bytes, found: list[Candidate]) -> None:
+    """Phones, PRC ids and cards: validated matches on the lines holding a number anchor."""
     anchors = [
         at
         for needle in _NUMBER_ANCHORS
@@ -141,10 +155,6 @@ def numbers(text: str, views: Views, found: list[Candidate]) -> None:
         found.extend(
             (RANK_CARD, *span, Kind.PAYMENT_CARD)
             for span in _validated(_CARD, text, start, end, _card_end)
-        )
-    for start, end in lines_holding(text, finds(classes, _IBAN_ANCHOR)):
-        found.extend(
-            (RANK_IBAN, *span, Kind.IBAN) for span in _validated(_IBAN, text, start, end, _iban_end)
         )
 
 

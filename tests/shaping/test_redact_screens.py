@@ -1,8 +1,9 @@
-"""The provider screen: a short text it lets pass unsearched could hold no provider key.
+"""Screens in front of the detectors: a text a screen turns away holds nothing they find.
 
-The screen only skips work, so the findings of the Detectors must be the same with it as
-without it; these tests check that against every provider pattern and against texts
-made to look like keys.
+A screen only skips work, so the findings must be the same with it as without it; these
+tests check the provider screen against every provider pattern and against texts made
+to look like keys, and that the number and keyword screens pass whatever their anchors
+would find (the anchored scans are checked against full scans in test_redact_detectors).
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from handrail.shaping import _detect_entropy, _detectors, _provider_gates, _views
+from handrail.shaping import (
+    _detect_credentials,
+    _detect_entropy,
+    _detect_personal,
+    _detectors,
+    _provider_gates,
+    _views,
+)
 from handrail.shaping._detectors import Detectors
 
 PATTERNS = [
@@ -109,3 +117,16 @@ def test_ordinary_short_texts_are_not_searched_pattern_by_pattern(
 def test_patterns_with_different_flags_are_not_joined() -> None:
     with pytest.raises(ValueError, match="differ in their flags"):
         _detectors._joined([re.compile("a"), re.compile("b", re.IGNORECASE)])
+
+
+def test_every_number_anchor_holds_the_run_that_screens_them() -> None:
+    shared = _detect_personal._SHARED_BY_NUMBER_ANCHORS
+    assert all(shared in anchor for anchor in _detect_personal._NUMBER_ANCHORS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("pastwdecrokniuhlvPASTWD_-:= \"'xyz01"), max_size=80))
+def test_the_keyword_screen_lets_through_every_text_holding_a_keyword_start(text: str) -> None:
+    low = _views.Views.of(text).low
+    holds = any(start in low for start in _detect_credentials._KEYWORD_STARTS)
+    assert (_detect_credentials._ANY_KEYWORD_START.search(low) is not None) == holds
