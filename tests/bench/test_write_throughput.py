@@ -50,7 +50,7 @@ def _assert_every_execution_happened_once(
         assert row["handrail_ops_s"] > 0, key
         assert row["bare_ops_s"] > 0, key
         assert row["ratio"] > 0, key
-        assert row["target"] == 0.5
+        assert row["target"] == 0.8
         assert row["slices_per_round"] == 2  # the smoke default
         # One smoke round plus the warm-up, on each path.
         executed = row["executions_per_round"] + row["warmup_executions"]

@@ -98,3 +98,41 @@ def test_an_unreachable_server_is_a_store_error() -> None:
             asyncio.run(fast.insert(execution_row(_record()), require_confirmed_plan=False))
     finally:
         store.close()
+
+
+def test_a_batch_of_mixed_statements_answers_each_member_as_if_alone(postgres_url: str) -> None:
+    store = PostgresStore.open(postgres_url, async_pool_size=1)
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("TRUNCATE executions, plans")
+    fast = store.async_executions
+    assert fast is not None
+    try:
+        assert asyncio.run(
+            fast.insert(execution_row(_record("taken")), require_confirmed_plan=False)
+        )
+
+        async def burst() -> list[bool]:
+            # One connection: while the first statement holds it, the rest queue and
+            # then share one transaction: fresh keys, a taken key, unconfirmed plans.
+            claims = [
+                fast.insert(execution_row(_record(f"k{n}")), require_confirmed_plan=False)
+                for n in range(6)
+            ]
+            claims.insert(
+                3, fast.insert(execution_row(_record("taken")), require_confirmed_plan=False)
+            )
+            planned = dataclasses.replace(_record("p1"), plan_id="nope")
+            claims.append(
+                fast.insert(
+                    execution_row(planned) | {"k_plan": "nope"}, require_confirmed_plan=True
+                )
+            )
+            return await asyncio.gather(*claims)
+
+        answers = asyncio.run(burst())
+        assert answers == [True, True, True, False, True, True, True, False]
+        assert fast.batch_stats().members >= 2
+        assert store.get_execution("p1") is None
+        assert all(store.get_execution(f"k{n}") is not None for n in range(6))
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ retries a statement: whether one that failed took effect is for the caller to ju
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import threading
 from collections import deque
@@ -272,16 +273,16 @@ class AsyncExecutions:
     ) -> tuple[bool, bool | StoreError]:
         """One transaction for a batch; if a statement fails, each member runs alone.
 
-        BEGIN and the statements go in one pipeline, ordered by key (two processes'
-        batches then take row locks in the same order); COMMIT is sent only after each
-        statement succeeded. Answers the followers; returns whether the connection is
-        still usable, and the caller's own answer.
+        BEGIN and the statements go in one pipeline, ordered by statement and then by
+        key (two processes' batches then take row locks in the same order); COMMIT is
+        sent only after each statement succeeded. Answers the followers; returns whether
+        the connection is still usable, and the caller's own answer.
         """
         members: list[tuple[_Job, _Waiter | None]] = [(own, None)]
         members += [(w.job, w) for w in followers if w.job is not None]
-        members.sort(key=lambda m: m[0].key)
+        members.sort(key=lambda m: (m[0].statement.sql, m[0].key))
         try:
-            cursors = await self._statements(connection, [job for job, _ in members])
+            counts = await self._statements(connection, [job for job, _ in members])
         except psycopg.Error as exc:
             if connection.broken:
                 # COMMIT was never sent: nothing of the batch is on disk.
@@ -297,7 +298,7 @@ class AsyncExecutions:
                 else:
                     _tell(waiter, result)
             return not connection.broken, mine
-        results = [cursor.rowcount == 1 for cursor in cursors]
+        results = [count == 1 for count in counts]
         try:
             if self.before_commit is not None:
                 self.before_commit(own.kind, len(members))
@@ -321,14 +322,31 @@ class AsyncExecutions:
         return True, mine
 
     @staticmethod
-    async def _statements(connection: _Connection, jobs: list[_Job]) -> list[Any]:
-        """BEGIN and each job's statement, pipelined where libpq can; their cursors."""
+    async def _statements(connection: _Connection, jobs: list[_Job]) -> list[int]:
+        """BEGIN and each job's statement, pipelined where libpq can; their row counts.
+
+        Jobs of one statement (adjacent once sorted) go as one `executemany`, which
+        keeps each statement's result: a row count per job, in order, as `execute`
+        of each would give, for about half the client's CPU per statement.
+        """
         if not _PIPELINE:  # pragma: no cover - libpq older than 14
             await connection.execute(b"BEGIN")
-            return [await connection.execute(j.statement.sql, j.params) for j in jobs]
+            return [(await connection.execute(j.statement.sql, j.params)).rowcount for j in jobs]
+        cursors = []
         async with connection.pipeline():
             await connection.execute(b"BEGIN")
-            return [await connection.execute(j.statement.sql, j.params) for j in jobs]
+            for sql, group in itertools.groupby(jobs, key=lambda j: j.statement.sql):
+                cursor = connection.cursor()
+                await cursor.executemany(sql, [j.params for j in group], returning=True)
+                cursors.append(cursor)
+        counts: list[int] = []
+        for cursor in cursors:
+            counts.append(cursor.rowcount)
+            while cursor.nextset():
+                counts.append(cursor.rowcount)
+        if len(counts) != len(jobs):  # pragma: no cover - one result per statement sent
+            raise psycopg.InterfaceError("a batch's results do not match its statements")
+        return counts
 
     @staticmethod
     async def _single(connection: _Connection, job: _Job) -> bool | StoreError:
