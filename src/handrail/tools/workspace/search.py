@@ -259,7 +259,7 @@ class TextSearch:
         first = await run(
             self._launch(query, ordered=False),
             cwd=self._workspace.root,
-            take=collect.take,
+            take=collect.take_all,
             deadline=deadline,
         )
         if first.ended is Ended.FINISHED and collect.summary is None:
@@ -286,7 +286,7 @@ class TextSearch:
         second = await run(
             self._launch(query, ordered=True),
             cwd=self._workspace.root,
-            take=stream.take,
+            take=stream.take_all,
             deadline=deadline,
         )
         finished = second.ended is Ended.FINISHED and stream.summary is not None
