@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from handrail.tools.workspace._rg_json import (
     LineText,
     begin_parts,
     kind,
+    kinds,
     line_size,
     line_text,
     message,
@@ -243,7 +244,7 @@ class Collect:
         """Hold one message; True once too many matches or bytes are held to sort."""
         return self.take_all((line,))
 
-    def take_all(self, lines: Iterable[Line]) -> bool:
+    def take_all(self, lines: Sequence[Line]) -> bool:
         """Hold messages in order; True (the rest not taken) once too many are held to sort.
 
         One loop over a read's lines with the counters in locals: this runs for every
@@ -254,8 +255,7 @@ class Collect:
         held = self._bytes
         limit = self._count_limit
         stop = False
-        for line in lines:
-            found = kind(line)
+        for line, found in zip(lines, kinds(lines), strict=True):
             if found is Kind.MATCH or found is Kind.CONTEXT:
                 if current is None:
                     continue
@@ -326,14 +326,16 @@ class Stream:
         self.refused = 0
         self.summary: dict[str, Any] | None = None
 
-    def take_all(self, lines: Iterable[Line]) -> bool:
+    def take_all(self, lines: Sequence[Line]) -> bool:
         """Feed messages in order to the page; True (the rest not fed) once it is full."""
-        take = self.take
-        return any(take(line) for line in lines)
+        take = self._take
+        return any(take(line, found) for line, found in zip(lines, kinds(lines), strict=True))
 
     def take(self, line: Line) -> bool:
         """Feed one message to the page; True once the page is full."""
-        found = kind(line)
+        return self._take(line, kind(line))
+
+    def _take(self, line: Line, found: Kind) -> bool:
         if found is Kind.MATCH:
             return self._open and self._page.match(line)
         if found is Kind.CONTEXT:
