@@ -199,3 +199,20 @@ def test_stat_and_exists_refuse_a_final_symbolic_link(workspace: Workspace, path
         workspace.stat(workspace.relative(path))
     with pytest.raises(InvalidArgument):
         workspace.exists(workspace.relative(path))
+
+
+def test_one_root_descriptor_for_many_opens_refuses_what_a_fresh_one_refuses(
+    workspace: Workspace,
+    tree: Path,
+) -> None:
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    with workspace.root_fd() as root:
+        assert workspace.stat(workspace.relative("src/pkg/mod.py"), root=root).st_size == 12
+        for path in ["to_file", "to_dir", "to_dir/secret.txt", "loop", "hard", "nope"]:
+            with pytest.raises((InvalidArgument, NotFound)):
+                workspace.stat(workspace.relative(path), root=root)
+        (tree / "src" / "pkg").rename(tree / "src" / "pkg_moved")
+        (tree / "src" / "pkg").symlink_to(tree.parent / "outside")
+        with pytest.raises(InvalidArgument):
+            workspace.open(workspace.relative("src/pkg/secret.txt"), os.O_RDONLY, root=root)
+    assert len(list(Path("/proc/self/fd").iterdir())) == before

@@ -850,6 +850,40 @@ def test_any_output_reads_into_a_bounded_page_without_error(
     assert elapsed is None or elapsed >= 0
 
 
+@given(lines=_RAW_LINES, admit=st.booleans(), cut=st.integers(0, 40), limit=st.integers(1, 4))
+def test_a_read_of_lines_at_once_is_taken_as_line_by_line(
+    lines: list[bytes | Long],
+    admit: bool,
+    cut: int,
+    limit: int,
+) -> None:
+    def page() -> Page:
+        return Page(skip=0, limit=limit, context=1, max_chars=8, budget=10_000)
+
+    def shown(sink: Collect | Stream, page: Page) -> tuple[object, ...]:
+        if isinstance(sink, Collect):
+            sink.replay(page)
+        return (sink.files, sink.refused, sink.summary, page.seen, page.matches())
+
+    one, batch = (
+        Collect(lambda parts: admit, count_limit=limit),
+        Collect(lambda parts: admit, count_limit=limit),
+    )
+    stop_one = any(one.take(line) for line in lines)
+    stop_batch = batch.take_all(lines[:cut]) or batch.take_all(lines[cut:])
+    assert stop_one == stop_batch
+    assert (one.matches, shown(one, page())) == (batch.matches, shown(batch, page()))
+    one_page, batch_page = page(), page()
+    ordered, batched = (
+        Stream(lambda parts: admit, one_page),
+        Stream(lambda parts: admit, batch_page),
+    )
+    assert any(ordered.take(line) for line in lines) == (
+        batched.take_all(lines[:cut]) or batched.take_all(lines[cut:])
+    )
+    assert shown(ordered, one_page) == shown(batched, batch_page)
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [

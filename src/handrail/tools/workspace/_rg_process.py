@@ -1,9 +1,10 @@
 """Running ripgrep: one process, its output fed line by line, always reaped.
 
 Owns starting ripgrep in its own session with a clean environment, feeding its JSON
-output lines to a sink until the sink has enough, killing its process group on a stop,
-a timeout or a cancel, and putting its refusals in our own words. It never builds the
-command line (`_rg_command` does) and never decides what a match means.
+output lines (a read's worth at a time) to a sink until the sink has enough, killing
+its process group on a stop, a timeout or a cancel, and putting its refusals in our own
+words. It never builds the command line (`_rg_command` does) and never decides what a
+match means.
 """
 
 from __future__ import annotations
@@ -47,14 +48,12 @@ class Ran:
     stderr: bytes
 
 
-async def _pump(stream: asyncio.StreamReader, take: Callable[[Line], bool]) -> Ended:
+async def _pump(stream: asyncio.StreamReader, take: Callable[[list[Line]], bool]) -> Ended:
     lines = Lines()
     while chunk := await stream.read(_READ_CHUNK):
-        for line in lines.feed(chunk):
-            if take(line):
-                return Ended.STOPPED
-    last = lines.close()
-    return Ended.STOPPED if any(take(line) for line in last) else Ended.FINISHED
+        if take(lines.feed(chunk)):
+            return Ended.STOPPED
+    return Ended.STOPPED if take(lines.close()) else Ended.FINISHED
 
 
 async def _head(stream: asyncio.StreamReader, keep: int) -> bytes:
@@ -69,10 +68,13 @@ async def run(
     argv: Sequence[str],
     *,
     cwd: os.PathLike[str] | str,
-    take: Callable[[Line], bool],
+    take: Callable[[list[Line]], bool],
     deadline: float,
 ) -> Ran:
-    """Run ripgrep, feed its output lines to `take` until it says stop; always reaped."""
+    """Run ripgrep, feed its output lines to `take` until it says stop; always reaped.
+
+    `take` gets the lines each read completes, in order, and says True to stop.
+    """
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *argv,

@@ -22,6 +22,7 @@ from handrail.tools.workspace._rg_json import (
     LineText,
     begin_parts,
     kind,
+    kinds,
     line_size,
     line_text,
     message,
@@ -212,7 +213,8 @@ class _Block:
 
     def __init__(self, parts: tuple[str, ...]) -> None:
         self.parts = parts
-        self.lines: list[tuple[Kind, Line]] = []
+        self.lines: list[Line] = []
+        """Its match and context messages, in order (their kind is read again on replay)."""
         self.matches = 0
 
 
@@ -240,27 +242,46 @@ class Collect:
 
     def take(self, line: Line) -> bool:
         """Hold one message; True once too many matches or bytes are held to sort."""
-        found = kind(line)
-        if found is Kind.MATCH or found is Kind.CONTEXT:
-            current = self.current
-            if current is None:
-                return False
-            current.lines.append((found, line))
-            self._bytes += len(line) if line.__class__ is bytes else line_size(line)
-            if found is Kind.MATCH:
-                current.matches += 1
-                self.matches += 1
-            return self.matches > self._count_limit or self._bytes > _MAX_BUFFERED
-        if found is Kind.BEGIN:
-            parts = begin_parts(line)
-            self.current = None if parts is None else _Block(parts)
-        elif found is Kind.END:
-            self._close()
-        else:
-            data = message(line)
-            if data.get("summary"):
-                self.summary = data
-        return False
+        return self.take_all((line,))
+
+    def take_all(self, lines: Sequence[Line]) -> bool:
+        """Hold messages in order; True (the rest not taken) once too many are held to sort.
+
+        One loop over a read's lines with the counters in locals: this runs for every
+        message of a search, so per-line calls and attribute writes are what it costs.
+        """
+        current = self.current
+        matches = self.matches
+        held = self._bytes
+        limit = self._count_limit
+        stop = False
+        for line, found in zip(lines, kinds(lines), strict=True):
+            if found is Kind.MATCH or found is Kind.CONTEXT:
+                if current is None:
+                    continue
+                current.lines.append(line)
+                held += len(line) if line.__class__ is bytes else line_size(line)
+                if found is Kind.MATCH:
+                    current.matches += 1
+                    matches += 1
+                if matches > limit or held > _MAX_BUFFERED:
+                    stop = True
+                    break
+            elif found is Kind.BEGIN:
+                parts = begin_parts(line)
+                current = None if parts is None else _Block(parts)
+            elif found is Kind.END:
+                if current is not None and current.matches:
+                    self.blocks.append(current)
+                current = None
+            else:
+                data = message(line)
+                if data.get("summary"):
+                    self.summary = data
+        self.current = current
+        self.matches = matches
+        self._bytes = held
+        return stop
 
     def _close(self) -> None:
         if self.current is not None and self.current.matches:
@@ -276,8 +297,8 @@ class Collect:
                 self.refused_matches += block.matches
                 continue
             page.begin(_display(block.parts))
-            for found, line in block.lines:
-                if found is Kind.MATCH:
+            for line in block.lines:
+                if kind(line) is Kind.MATCH:
                     if page.match(line):
                         return
                 else:
@@ -305,9 +326,16 @@ class Stream:
         self.refused = 0
         self.summary: dict[str, Any] | None = None
 
+    def take_all(self, lines: Sequence[Line]) -> bool:
+        """Feed messages in order to the page; True (the rest not fed) once it is full."""
+        take = self._take
+        return any(take(line, found) for line, found in zip(lines, kinds(lines), strict=True))
+
     def take(self, line: Line) -> bool:
         """Feed one message to the page; True once the page is full."""
-        found = kind(line)
+        return self._take(line, kind(line))
+
+    def _take(self, line: Line, found: Kind) -> bool:
         if found is Kind.MATCH:
             return self._open and self._page.match(line)
         if found is Kind.CONTEXT:

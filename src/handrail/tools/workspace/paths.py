@@ -21,7 +21,7 @@ import os
 import stat
 import unicodedata
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,18 +184,26 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def open(self, file: WorkspaceFile, flags: int, mode: int = 0o644) -> int:
+    def open(
+        self,
+        file: WorkspaceFile,
+        flags: int,
+        mode: int = 0o644,
+        *,
+        root: int | None = None,
+    ) -> int:
         """Open `file` beneath the root without following any symbolic link; a new fd.
 
-        Raises NotFound when it (or a directory on the way) does not exist, and
-        InvalidArgument when the path goes through a symbolic link, leaves the root,
-        names a directory where a file is needed (or the reverse), or names a file with
-        several hard links.
+        `root` is a descriptor from `root_fd`, for a caller opening many files in a row
+        (else the root is opened for this call). Raises NotFound when it (or a directory
+        on the way) does not exist, and InvalidArgument when the path goes through a
+        symbolic link, leaves the root, names a directory where a file is needed (or the
+        reverse), or names a file with several hard links.
         """
         flags |= os.O_CLOEXEC | os.O_NOFOLLOW
-        with self.root_fd() as root:
+        with self.root_fd() if root is None else nullcontext(root) as at:
             try:
-                fd = self._open_beneath(root, file, flags, mode)
+                fd = self._open_beneath(at, file, flags, mode)
             except OSError as exc:
                 raise _refusal(exc, file) from None
         try:
@@ -209,9 +217,12 @@ class Workspace:
         """Open a directory beneath the root (for listing or as `dir_fd`); a new fd."""
         return self.open(file, os.O_RDONLY | os.O_DIRECTORY)
 
-    def stat(self, file: WorkspaceFile) -> os.stat_result:
-        """The status of `file` itself (a symbolic link is refused, never followed)."""
-        fd = self.open(file, os.O_PATH)
+    def stat(self, file: WorkspaceFile, *, root: int | None = None) -> os.stat_result:
+        """The status of `file` itself (a symbolic link is refused, never followed).
+
+        `root` is as for `open`.
+        """
+        fd = self.open(file, os.O_PATH, root=root)
         try:
             info = os.fstat(fd)
         finally:

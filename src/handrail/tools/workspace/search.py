@@ -12,13 +12,15 @@ never reports a file reached through a symbolic link or with several hard links.
 # configured limits, and get_type_hints must resolve them from the builder's closure.
 
 import asyncio
+import contextlib
+import functools
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import Field
 
@@ -42,6 +44,7 @@ from handrail.tools.workspace._rg_command import (
 from handrail.tools.workspace._rg_json import elapsed_ms
 from handrail.tools.workspace._rg_process import Ended, rg_refusal, run
 from handrail.tools.workspace._search_pages import (
+    Admit,
     Collect,
     ContextLine,
     Page,
@@ -255,11 +258,31 @@ class TextSearch:
                 budget=config.max_result_chars,
             )
 
-        collect = Collect(self._admit, count_limit=config.count_limit)
+        with _Root(self._workspace) as root:
+            return await self._run(
+                query,
+                page=page,
+                admit=functools.partial(self._admit, root=root),
+                skip=skip,
+                deadline=deadline,
+            )
+
+    async def _run(
+        self,
+        query: Query,
+        *,
+        page: Callable[[], Page],
+        admit: Admit,
+        skip: int,
+        deadline: float,
+    ) -> SearchResult:
+        """Both passes of `search`: in parallel and sorted here, else in path order."""
+        config = self._config
+        collect = Collect(admit, count_limit=config.count_limit)
         first = await run(
             self._launch(query, ordered=False),
             cwd=self._workspace.root,
-            take=collect.take,
+            take=collect.take_all,
             deadline=deadline,
         )
         if first.ended is Ended.FINISHED and collect.summary is None:
@@ -282,11 +305,11 @@ class TextSearch:
             )
         # More matches than can be held to sort: search again in path order.
         shown = page()
-        stream = Stream(self._admit, shown)
+        stream = Stream(admit, shown)
         second = await run(
             self._launch(query, ordered=True),
             cwd=self._workspace.root,
-            take=stream.take,
+            take=stream.take_all,
             deadline=deadline,
         )
         finished = second.ended is Ended.FINISHED and stream.summary is not None
@@ -383,13 +406,13 @@ class TextSearch:
                 chosen.append(parts)
         return ["/".join(parts) for parts in chosen]
 
-    def _admit(self, parts: tuple[str, ...]) -> bool:
+    def _admit(self, parts: tuple[str, ...], *, root: "_Root") -> bool:
         """Whether a file ripgrep reported may be shown: not ignored, reached without links."""
         file = WorkspaceFile(parts)
         if self._workspace.ignored(file):
             return False
         try:
-            info = self._workspace.stat(file)
+            info = self._workspace.stat(file, root=root.fd())
         except (InvalidArgument, NotFound):
             return False
         return stat.S_ISREG(info.st_mode)
@@ -412,6 +435,32 @@ class TextSearch:
             dfa_size_limit=config.dfa_size_limit,
             ignored=self._ignored,
         )
+
+
+class _Root:
+    """One search's descriptor of the workspace root: opened when a file is first checked.
+
+    A page checks each file it shows (`_admit`); opening the root once per search, not
+    once per file, saves a path lookup each. Closed when the search ends.
+    """
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
+        self._stack = contextlib.ExitStack()
+        self._fd: int | None = None
+
+    def fd(self) -> int:
+        """The descriptor (opened now if this is its first use)."""
+        if self._fd is None:
+            self._fd = self._stack.enter_context(self._workspace.root_fd())
+        return self._fd
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._fd = None
+        self._stack.close()
 
 
 # --- the tool --------------------------------------------------------------------------------
