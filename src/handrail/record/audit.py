@@ -18,10 +18,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from handrail.canonical import canonical_json, sha256_hex
 from handrail.events import (
     NO_SUBJECT,
+    NOTE_WIDTH,
+    NOTES_HEAD,
     AuditEvent,
     AuditSubject,
+    CallNotes,
     CallRecord,
     Stage,
     SubjectFields,
@@ -64,6 +68,11 @@ _SUMMARY_ITEMS = 8
 _SUMMARY_DEPTH = 3
 _SUMMARY_TOTAL = 512
 _CACHED_KEY = 64
+# Argument texts up to this long have their hash and summary remembered, this many.
+_CACHED_ARGUMENTS = 512
+_CACHED_ARGUMENT_TEXTS = 4096
+# In a summary, what was left out of it: only texts the summary shows in full are kept.
+_ELIDED = ("…", '"[redacted]"')
 
 
 class AuditSink(Protocol):
@@ -127,7 +136,7 @@ class Auditor:
     The id source and clock are injected so that tests can replay a trail exactly.
     """
 
-    __slots__ = ("_clock", "_emit_call", "_ids", "_new_id", "_scrub", "_sink")
+    __slots__ = ("_clock", "_emit_call", "_facts", "_ids", "_new_id", "_scrub", "_sink")
 
     def __init__(
         self,
@@ -146,6 +155,8 @@ class Auditor:
         # and personal data never reach the audit trail.
         self._scrub = scrub
         self._emit_call = _call_emitter(sink) if sink is not None else None
+        # Argument texts repeat (the same tool, the same arguments): see `arguments`.
+        self._facts: dict[str, tuple[str | None, str]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -230,6 +241,50 @@ class Auditor:
             record = CallRecord(kind, subject, stages, ids=[new_id() for _ in stages])
         emit_call(record)
 
+    def emit_noted(self, notes: CallNotes, *, kind: str = "call") -> None:
+        """`emit_call` of a call's notes (see `CallNotes`): the same events, one tuple kept.
+
+        The subject's summary and the stages' details are scrubbed now, once, as by
+        `emit_call`; the stages are made from the notes only when the record is read.
+        """
+        emit_call = self._emit_call
+        size = len(notes)
+        if emit_call is None or size <= NOTES_HEAD:
+            return
+        scrub = self._scrub
+        if scrub is not None:
+            notes = _scrubbed_notes(notes, scrub)
+        count = (size - NOTES_HEAD) // NOTE_WIDTH
+        ids = self._ids
+        if ids is not None:
+            record = CallRecord.noted(
+                kind, notes, id_prefix=ids.prefix, id_first=ids.reserve(count)
+            )
+        else:
+            new_id = self._new_id
+            record = CallRecord.noted(kind, notes, ids=[new_id() for _ in range(count)])
+        emit_call(record)
+
+    def arguments(self, raw: object, arguments: object) -> tuple[str | None, str]:
+        """The hash (None if not canonical JSON) and summary of `arguments`, parsed from `raw`.
+
+        Remembered for short argument texts (bounded), since the same text always parses
+        to the same arguments; only texts whose summary shows all of them (nothing
+        clipped, nothing redacted) are kept, so the memory holds nothing the summary
+        does not already say.
+        """
+        if type(raw) is not str or len(raw) > _CACHED_ARGUMENTS:
+            return _argument_facts(arguments)
+        facts = self._facts.get(raw)
+        if facts is None:
+            facts = _argument_facts(arguments)
+            summary = facts[1]
+            if _ELIDED[0] not in summary and _ELIDED[1] not in summary:
+                if len(self._facts) >= _CACHED_ARGUMENT_TEXTS:
+                    self._facts.clear()
+                self._facts[raw] = facts
+        return facts
+
     def note(
         self,
         *,
@@ -269,6 +324,32 @@ def _call_emitter(sink: AuditSink) -> Callable[[CallRecord], None]:
         return emit_call
     emit = sink.emit
     return lambda record: emit(record.events())
+
+
+def _argument_facts(arguments: object) -> tuple[str | None, str]:
+    try:
+        digest: str | None = sha256_hex(canonical_json(arguments))
+    except ValueError:
+        digest = None
+    return digest, summarize_arguments(arguments)
+
+
+def _scrubbed_notes(notes: CallNotes, scrub: Callable[[str], str]) -> CallNotes:
+    """`notes` with the subject's summary and every stage's detail scrubbed (see `CallNotes`)."""
+    changed: list[object] | None = None
+    summary = notes[5]
+    if summary is not None and (clean := scrub(summary)) != summary:
+        changed = list(notes)
+        # A placeholder can be longer than what it replaced: bound the summary again.
+        changed[5] = _bounded(clean)
+    details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
+    if details.count(None) != len(details):
+        changed = changed or list(notes)
+        for index in range(NOTES_HEAD + 3, len(notes), NOTE_WIDTH):
+            detail = changed[index]
+            if detail is not None:
+                changed[index] = scrub(detail)  # type: ignore[arg-type]  # a detail is text
+    return notes if changed is None else tuple(changed)
 
 
 def _scrubbed_stages(stages: Sequence[Stage], scrub: Callable[[str], str]) -> list[Stage]:
