@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from handrail.canonical import canonical_json, sha256_hex
 from handrail.events import (
@@ -136,7 +136,7 @@ class Auditor:
     The id source and clock are injected so that tests can replay a trail exactly.
     """
 
-    __slots__ = ("_clock", "_emit_call", "_facts", "_ids", "_new_id", "_scrub", "_sink")
+    __slots__ = ("_clock", "_emit_call", "_facts", "_ids", "_new_id", "_scrub", "_sink", "enabled")
 
     def __init__(
         self,
@@ -147,6 +147,9 @@ class Auditor:
         scrub: Callable[[str], str] | None = None,
     ) -> None:
         self._sink = sink
+        # False when events would go nowhere, so callers can skip building them (an
+        # attribute, not a property: the gate asks once a call).
+        self.enabled: Final[bool] = sink is not None
         self._clock = clock
         self._new_id = new_id or unique_ids()
         # The default id source hands out a call's ids as one block.
@@ -157,11 +160,6 @@ class Auditor:
         self._emit_call = _call_emitter(sink) if sink is not None else None
         # Argument texts repeat (the same tool, the same arguments): see `arguments`.
         self._facts: dict[str, tuple[str | None, str]] = {}
-
-    @property
-    def enabled(self) -> bool:
-        """False when events would go nowhere, so callers can skip building them."""
-        return self._sink is not None
 
     def event(
         self,
@@ -253,7 +251,14 @@ class Auditor:
             return
         scrub = self._scrub
         if scrub is not None:
-            notes = _scrubbed_notes(notes, scrub)
+            # Written out for the common case: a summary the scrubber leaves alone and
+            # no details; else `_scrubbed_notes` makes the scrubbed copy.
+            summary = notes[5]
+            details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
+            if (summary is not None and scrub(summary) != summary) or details.count(None) != len(
+                details
+            ):
+                notes = _scrubbed_notes(notes, scrub)
         count = (size - NOTES_HEAD) // NOTE_WIDTH
         ids = self._ids
         if ids is not None:
