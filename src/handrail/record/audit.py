@@ -262,9 +262,11 @@ class Auditor:
         count = (size - NOTES_HEAD) // NOTE_WIDTH
         ids = self._ids
         if ids is not None:
-            record = CallRecord.noted(
-                kind, notes, id_prefix=ids.prefix, id_first=ids.reserve(count)
-            )
+            # `ids.reserve(count)` written out, one call less (UniqueIds is this module's).
+            with ids._lock:  # noqa: SLF001
+                first = ids._next  # noqa: SLF001
+                ids._next = first + count  # noqa: SLF001
+            record = CallRecord.noted(kind, notes, id_prefix=ids.prefix, id_first=first)
         else:
             new_id = self._new_id
             record = CallRecord.noted(kind, notes, ids=[new_id() for _ in range(count)])

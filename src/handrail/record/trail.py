@@ -66,6 +66,12 @@ class CallTrail:
     ) -> None:
         self._auditor = auditor
         self._raw = call.arguments
+        # The system clock is read once a stage, as `time.monotonic_ns`: when a stage
+        # ended is the wall clock read at the start plus the monotonic time since, the
+        # wall clock read first so that it is never later than the stage's end. Any
+        # other clock is read as it always was: `monotonic`, then `now`, each stage.
+        system = type(clock) is SystemClock
+        self._clock: Clock | None = None if system else clock
         self._notes: list[Any] = [
             principal.request_id,
             str(call.id)[:256],
@@ -75,17 +81,9 @@ class CallTrail:
             None,  # arguments summary
             principal.user_id,
             principal.tenant_id,
+            time.time_ns() if system else None,
+            _monotonic_ns() if system else clock.monotonic(),
         ]
-        # The system clock is read once a stage, as `time.monotonic_ns`: when a stage
-        # ended is the wall clock read at the start plus the monotonic time since, the
-        # wall clock read first so that it is never later than the stage's end. Any
-        # other clock is read as it always was: `monotonic`, then `now`, each stage.
-        if type(clock) is SystemClock:
-            self._clock: Clock | None = None
-            self._notes += (time.time_ns(), _monotonic_ns())
-        else:
-            self._clock = clock
-            self._notes += (None, clock.monotonic())
 
     def tool(self, tool: Tool) -> None:
         """The call reached a registered tool: note its schema version."""
