@@ -69,10 +69,8 @@ _SUMMARY_DEPTH = 3
 _SUMMARY_TOTAL = 512
 _CACHED_KEY = 64
 # Argument texts up to this long have their hash and summary remembered, this many.
-_CACHED_ARGUMENTS = 512
+_CACHED_ARGUMENTS = 256
 _CACHED_ARGUMENT_TEXTS = 4096
-# In a summary, what was left out of it: only texts the summary shows in full are kept.
-_ELIDED = ("…", '"[redacted]"')
 
 
 class AuditSink(Protocol):
@@ -276,17 +274,15 @@ class Auditor:
         """The hash (None if not canonical JSON) and summary of `arguments`, parsed from `raw`.
 
         Remembered for short argument texts (bounded), since the same text always parses
-        to the same arguments; only texts whose summary shows all of them (nothing
-        clipped, nothing redacted) are kept, so the memory holds nothing the summary
-        does not already say.
+        to the same arguments; only for arguments their summary shows whole (see
+        `_argument_facts`), so this memory holds nothing the summary does not say.
         """
         if type(raw) is not str or len(raw) > _CACHED_ARGUMENTS:
-            return _argument_facts(arguments)
+            return _argument_facts(arguments)[0]
         facts = self._facts.get(raw)
         if facts is None:
-            facts = _argument_facts(arguments)
-            summary = facts[1]
-            if _ELIDED[0] not in summary and _ELIDED[1] not in summary:
+            facts, whole = _argument_facts(arguments)
+            if whole:
                 if len(self._facts) >= _CACHED_ARGUMENT_TEXTS:
                     self._facts.clear()
                 self._facts[raw] = facts
@@ -333,12 +329,21 @@ def _call_emitter(sink: AuditSink) -> Callable[[CallRecord], None]:
     return lambda record: emit(record.events())
 
 
-def _argument_facts(arguments: object) -> tuple[str | None, str]:
+def _argument_facts(arguments: object) -> tuple[tuple[str | None, str], bool]:
+    """`arguments`' hash and summary (`summarize_arguments`), and whether it shows them whole.
+
+    Whole: plain JSON the quick summary renders (short keys and strings, no floats, at
+    most a few items, shallow), with nothing clipped or redacted.
+    """
     try:
         digest: str | None = sha256_hex(canonical_json(arguments))
     except ValueError:
         digest = None
-    return digest, summarize_arguments(arguments)
+    text = _quick(arguments, 0)
+    if text is None:  # `summarize_arguments`' general path
+        return (digest, _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0)))), False
+    summary = _bounded(text)
+    return (digest, summary), "…" not in summary and _REDACTED not in summary
 
 
 def _scrubbed_notes(notes: CallNotes, scrub: Callable[[str], str]) -> CallNotes:
