@@ -253,9 +253,8 @@ class Auditor:
             # no details; else `_scrubbed_notes` makes the scrubbed copy.
             summary = notes[5]
             details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
-            if (summary is not None and scrub(summary) != summary) or details.count(None) != len(
-                details
-            ):
+            changes = summary is not None and scrub(summary) != summary
+            if changes or details.count(None) != len(details):
                 notes = _scrubbed_notes(notes, scrub)
         count = (size - NOTES_HEAD) // NOTE_WIDTH
         ids = self._ids
