@@ -16,11 +16,14 @@ from typing import Any
 from handrail.text import escape_unstorable, is_storable
 
 __all__ = [
+    "NOTES_HEAD",
+    "NOTE_WIDTH",
     "NO_SUBJECT",
     "STORED_WIDTHS",
     "AuditEvent",
     "AuditItem",
     "AuditSubject",
+    "CallNotes",
     "CallRecord",
     "Stage",
     "SubjectFields",
@@ -223,6 +226,38 @@ def fields_of(subject: AuditSubject) -> SubjectFields:
     )
 
 
+CallNotes = tuple[Any, ...]
+"""A call as its trail notes it: flat, one tuple for the whole call (cheap to keep).
+
+`NOTES_HEAD` values first: the 8 subject fields (as `SubjectFields`), the wall clock at
+the start (nanoseconds since the epoch, or None when every stage reads its own) and the
+monotonic reading at the start. Then `NOTE_WIDTH` values per stage: stage, decision,
+code, detail, the monotonic reading at its end and when it ended (None: the wall clock
+at the start plus the monotonic time since). With a start in nanoseconds, monotonic
+readings are nanoseconds (`time.monotonic_ns`), else seconds (`Clock.monotonic`).
+"""
+
+NOTES_HEAD = 10
+NOTE_WIDTH = 6
+
+
+def _stages_of(notes: CallNotes) -> list[Stage]:
+    """The `Stage`s of a call's notes (see `CallNotes`)."""
+    wall_start, previous = notes[8], notes[9]
+    stages: list[Stage] = []
+    for index in range(NOTES_HEAD, len(notes), NOTE_WIDTH):
+        stage, decision, code, detail, mark, at = notes[index : index + NOTE_WIDTH]
+        if wall_start is None:
+            seconds = mark - previous
+        else:
+            seconds = (mark - previous) / 1e9
+            if at is None:
+                at = wall_start + (mark - notes[9])
+        stages.append((stage, decision, code, detail, seconds, at))
+        previous = mark
+    return stages
+
+
 class CallRecord:
     """The events of one call, compact: what the sink turns into AuditEvents when read.
 
@@ -231,9 +266,20 @@ class CallRecord:
     `record.audit.unique_ids` makes them), each stage's clock readings, the scrubbed
     details and the fields of the shared, scrubbed subject. `events()` makes the same
     events the auditor used to build at once; a store may write rows from it directly.
+    A record made by `noted` keeps the call's notes as one tuple (one object for the
+    collector to track, not one per stage) and makes its stages when first read.
     """
 
-    __slots__ = ("_subject", "id_first", "id_prefix", "ids", "kind", "stages", "subject_fields")
+    __slots__ = (
+        "_notes",
+        "_stages",
+        "_subject",
+        "_subject_fields",
+        "id_first",
+        "id_prefix",
+        "ids",
+        "kind",
+    )
 
     def __init__(
         self,
@@ -246,12 +292,51 @@ class CallRecord:
         id_first: int = 0,
     ) -> None:
         self.kind = kind
-        self.subject_fields = subject_fields
-        self.stages = stages
+        self._subject_fields: SubjectFields | None = subject_fields
+        self._stages: Sequence[Stage] | None = stages
+        self._notes: CallNotes = ()
         self.ids = ids
         self.id_prefix = id_prefix
         self.id_first = id_first
         self._subject: AuditSubject | None = None
+
+    @classmethod
+    def noted(
+        cls,
+        kind: str,
+        notes: CallNotes,
+        *,
+        ids: Sequence[str] = (),
+        id_prefix: str | None = None,
+        id_first: int = 0,
+    ) -> CallRecord:
+        """The record of a call's notes (see `CallNotes`), made into stages when read."""
+        record: CallRecord = _new_object(cls)
+        record.kind = kind
+        record._subject_fields = None
+        record._stages = None
+        record._notes = notes
+        record.ids = ids
+        record.id_prefix = id_prefix
+        record.id_first = id_first
+        record._subject = None
+        return record
+
+    @property
+    def subject_fields(self) -> SubjectFields:
+        """The fields of the subject every event of the call shares."""
+        fields = self._subject_fields
+        if fields is None:
+            fields = self._subject_fields = self._notes[:8]
+        return fields
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        """The stages, in order (see `Stage`)."""
+        stages = self._stages
+        if stages is None:
+            stages = self._stages = _stages_of(self._notes)
+        return stages
 
     @property
     def subject(self) -> AuditSubject:
@@ -262,7 +347,10 @@ class CallRecord:
         return subject
 
     def __len__(self) -> int:
-        return len(self.stages)
+        stages = self._stages
+        if stages is None:
+            return (len(self._notes) - NOTES_HEAD) // NOTE_WIDTH
+        return len(stages)
 
     def event_ids(self) -> Sequence[str]:
         """The ids of the events, in order."""
@@ -270,7 +358,7 @@ class CallRecord:
         if prefix is None:
             return self.ids
         first = self.id_first
-        return [f"{prefix}{first + index:08x}" for index in range(len(self.stages))]
+        return [f"{prefix}{first + index:08x}" for index in range(len(self))]
 
     def events(self) -> list[AuditEvent]:
         """The AuditEvents, one per stage, in order."""

@@ -16,12 +16,16 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
+from handrail.canonical import canonical_json, sha256_hex
 from handrail.events import (
     NO_SUBJECT,
+    NOTE_WIDTH,
+    NOTES_HEAD,
     AuditEvent,
     AuditSubject,
+    CallNotes,
     CallRecord,
     Stage,
     SubjectFields,
@@ -64,6 +68,9 @@ _SUMMARY_ITEMS = 8
 _SUMMARY_DEPTH = 3
 _SUMMARY_TOTAL = 512
 _CACHED_KEY = 64
+# Argument texts up to this long have their hash and summary remembered, this many.
+_CACHED_ARGUMENTS = 256
+_CACHED_ARGUMENT_TEXTS = 4096
 
 
 class AuditSink(Protocol):
@@ -127,7 +134,7 @@ class Auditor:
     The id source and clock are injected so that tests can replay a trail exactly.
     """
 
-    __slots__ = ("_clock", "_emit_call", "_ids", "_new_id", "_scrub", "_sink")
+    __slots__ = ("_clock", "_emit_call", "_facts", "_ids", "_new_id", "_scrub", "_sink", "enabled")
 
     def __init__(
         self,
@@ -138,6 +145,9 @@ class Auditor:
         scrub: Callable[[str], str] | None = None,
     ) -> None:
         self._sink = sink
+        # False when events would go nowhere, so callers can skip building them (an
+        # attribute, not a property: the gate asks once a call).
+        self.enabled: Final[bool] = sink is not None
         self._clock = clock
         self._new_id = new_id or unique_ids()
         # The default id source hands out a call's ids as one block.
@@ -146,11 +156,8 @@ class Auditor:
         # and personal data never reach the audit trail.
         self._scrub = scrub
         self._emit_call = _call_emitter(sink) if sink is not None else None
-
-    @property
-    def enabled(self) -> bool:
-        """False when events would go nowhere, so callers can skip building them."""
-        return self._sink is not None
+        # Argument texts repeat (the same tool, the same arguments): see `arguments`.
+        self._facts: dict[str, tuple[str | None, str]] = {}
 
     def event(
         self,
@@ -230,6 +237,56 @@ class Auditor:
             record = CallRecord(kind, subject, stages, ids=[new_id() for _ in stages])
         emit_call(record)
 
+    def emit_noted(self, notes: CallNotes, *, kind: str = "call") -> None:
+        """`emit_call` of a call's notes (see `CallNotes`): the same events, one tuple kept.
+
+        The subject's summary and the stages' details are scrubbed now, once, as by
+        `emit_call`; the stages are made from the notes only when the record is read.
+        """
+        emit_call = self._emit_call
+        size = len(notes)
+        if emit_call is None or size <= NOTES_HEAD:
+            return
+        scrub = self._scrub
+        if scrub is not None:
+            # Written out for the common case: a summary the scrubber leaves alone and
+            # no details; else `_scrubbed_notes` makes the scrubbed copy.
+            summary = notes[5]
+            details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
+            changes = summary is not None and scrub(summary) != summary
+            if changes or details.count(None) != len(details):
+                notes = _scrubbed_notes(notes, scrub)
+        count = (size - NOTES_HEAD) // NOTE_WIDTH
+        ids = self._ids
+        if ids is not None:
+            # `ids.reserve(count)` written out, one call less (UniqueIds is this module's).
+            with ids._lock:  # noqa: SLF001
+                first = ids._next  # noqa: SLF001
+                ids._next = first + count  # noqa: SLF001
+            record = CallRecord.noted(kind, notes, id_prefix=ids.prefix, id_first=first)
+        else:
+            new_id = self._new_id
+            record = CallRecord.noted(kind, notes, ids=[new_id() for _ in range(count)])
+        emit_call(record)
+
+    def arguments(self, raw: object, arguments: object) -> tuple[str | None, str]:
+        """The hash (None if not canonical JSON) and summary of `arguments`, parsed from `raw`.
+
+        Remembered for short argument texts (bounded), since the same text always parses
+        to the same arguments; only for arguments their summary shows whole (see
+        `_argument_facts`), so this memory holds nothing the summary does not say.
+        """
+        if type(raw) is not str or len(raw) > _CACHED_ARGUMENTS:
+            return _argument_facts(arguments)[0]
+        facts = self._facts.get(raw)
+        if facts is None:
+            facts, whole = _argument_facts(arguments)
+            if whole:
+                if len(self._facts) >= _CACHED_ARGUMENT_TEXTS:
+                    self._facts.clear()
+                self._facts[raw] = facts
+        return facts
+
     def note(
         self,
         *,
@@ -269,6 +326,41 @@ def _call_emitter(sink: AuditSink) -> Callable[[CallRecord], None]:
         return emit_call
     emit = sink.emit
     return lambda record: emit(record.events())
+
+
+def _argument_facts(arguments: object) -> tuple[tuple[str | None, str], bool]:
+    """`arguments`' hash and summary (`summarize_arguments`), and whether it shows them whole.
+
+    Whole: plain JSON the quick summary renders (short keys and strings, no floats, at
+    most a few items, shallow), with nothing clipped or redacted.
+    """
+    try:
+        digest: str | None = sha256_hex(canonical_json(arguments))
+    except ValueError:
+        digest = None
+    text = _quick(arguments, 0)
+    if text is None:  # `summarize_arguments`' general path
+        return (digest, _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0)))), False
+    summary = _bounded(text)
+    return (digest, summary), "…" not in summary and _REDACTED not in summary
+
+
+def _scrubbed_notes(notes: CallNotes, scrub: Callable[[str], str]) -> CallNotes:
+    """`notes` with the subject's summary and every stage's detail scrubbed (see `CallNotes`)."""
+    changed: list[object] | None = None
+    summary = notes[5]
+    if summary is not None and (clean := scrub(summary)) != summary:
+        changed = list(notes)
+        # A placeholder can be longer than what it replaced: bound the summary again.
+        changed[5] = _bounded(clean)
+    details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
+    if details.count(None) != len(details):
+        changed = changed or list(notes)
+        for index in range(NOTES_HEAD + 3, len(notes), NOTE_WIDTH):
+            detail = changed[index]
+            if detail is not None:
+                changed[index] = scrub(detail)  # type: ignore[arg-type]  # a detail is text
+    return notes if changed is None else tuple(changed)
 
 
 def _scrubbed_stages(stages: Sequence[Stage], scrub: Callable[[str], str]) -> list[Stage]:

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from handrail.canonical import canonical_json, sha256_hex
+from handrail.canonical import sha256_hex
 from handrail.clock import SystemClock
 from handrail.errors import ErrorCode
-from handrail.events import Stage
-from handrail.record.audit import Auditor, summarize_arguments
 
 if TYPE_CHECKING:
     from handrail.authz.guard import ConversationGuard
@@ -25,6 +21,7 @@ if TYPE_CHECKING:
     from handrail.clock import Clock
     from handrail.declare.definition import Tool
     from handrail.principal import Principal
+    from handrail.record.audit import Auditor
 
 __all__ = ["MAX_NAME_IN_AUDIT", "CallTrail", "StageNotes", "count_denial", "describe_exception"]
 
@@ -32,6 +29,8 @@ _MAX_DETAIL = 8000
 
 MAX_NAME_IN_AUDIT = 128
 """Tool names as proposed are clipped to this many characters in audit rows."""
+
+_monotonic_ns = time.monotonic_ns
 
 
 class StageNotes(Protocol):
@@ -51,23 +50,12 @@ class StageNotes(Protocol):
 class CallTrail:
     """Times one call's stages; at the end, emits one event per stage about one subject.
 
-    Recording a stage only notes its outcome and clock readings; the record is emitted
+    Recording a stage only notes its outcome and a clock reading; the record is emitted
     once, when the call is over, so every event of the call shares the same subject.
+    Everything is noted in one flat list, kept as one tuple (see `CallNotes`).
     """
 
-    __slots__ = (
-        "_args_hash",
-        "_args_summary",
-        "_auditor",
-        "_call_id",
-        "_mark",
-        "_monotonic",
-        "_now",
-        "_principal",
-        "_schema_version",
-        "_stages",
-        "_tool",
-    )
+    __slots__ = ("_auditor", "_clock", "_notes", "_raw")
 
     def __init__(
         self,
@@ -77,34 +65,33 @@ class CallTrail:
         principal: Principal,
     ) -> None:
         self._auditor = auditor
-        # The system clock is read as `time.time_ns` and `time.monotonic`, the readings
-        # its `now` and `monotonic` make: the datetime is made only when it is read.
-        self._now: Callable[[], datetime | int]
-        if type(clock) is SystemClock:
-            self._now, self._monotonic = time.time_ns, time.monotonic
-        else:
-            self._now, self._monotonic = clock.now, clock.monotonic
-        self._stages: list[Stage] = []
-        self._mark = self._monotonic()
-        self._principal = principal
-        self._call_id = str(call.id)[:256]
-        self._tool = str(call.name)[:MAX_NAME_IN_AUDIT]
-        self._schema_version: str | None = None
-        self._args_hash: str | None = None
-        self._args_summary: str | None = None
+        self._raw = call.arguments
+        # The system clock is read once a stage, as `time.monotonic_ns`: when a stage
+        # ended is the wall clock read at the start plus the monotonic time since, the
+        # wall clock read first so that it is never later than the stage's end. Any
+        # other clock is read as it always was: `monotonic`, then `now`, each stage.
+        system = type(clock) is SystemClock
+        self._clock: Clock | None = None if system else clock
+        self._notes: list[Any] = [
+            principal.request_id,
+            str(call.id)[:256],
+            str(call.name)[:MAX_NAME_IN_AUDIT],
+            None,  # schema version
+            None,  # arguments hash
+            None,  # arguments summary
+            principal.user_id,
+            principal.tenant_id,
+            time.time_ns() if system else None,
+            _monotonic_ns() if system else clock.monotonic(),
+        ]
 
     def tool(self, tool: Tool) -> None:
         """The call reached a registered tool: note its schema version."""
-        self._schema_version = tool.spec.schema_version
+        self._notes[3] = tool.spec.schema_version
 
     def arguments(self, arguments: object) -> None:
-        """The parsed arguments: their hash and a short redacted summary."""
-        try:
-            digest = sha256_hex(canonical_json(arguments))
-        except ValueError:
-            digest = None
-        self._args_hash = digest
-        self._args_summary = summarize_arguments(arguments)
+        """The arguments the call's text parsed to: their hash and a short redacted summary."""
+        self._notes[4:6] = self._auditor.arguments(self._raw, arguments)
 
     def raw_arguments(self, raw: object) -> None:
         """Arguments that could not be parsed: their hash and size only."""
@@ -114,8 +101,7 @@ class CallTrail:
             data = bytes(raw)
         else:
             data = repr(type(raw)).encode()
-        self._args_hash = sha256_hex(data)
-        self._args_summary = f"[unparsed: {len(data)} bytes]"
+        self._notes[4:6] = (sha256_hex(data), f"[unparsed: {len(data)} bytes]")
 
     def record(
         self,
@@ -125,25 +111,16 @@ class CallTrail:
         code: str | None = None,
         detail: str | None = None,
     ) -> None:
-        """Note the outcome of `stage` and the time it took since the previous one."""
-        now = self._monotonic()
-        self._stages.append((stage, decision, code, detail, now - self._mark, self._now()))
-        self._mark = now
+        """Note the outcome of `stage`; it took the time since the previous one ended."""
+        clock = self._clock
+        if clock is None:
+            self._notes += (stage, decision, code, detail, _monotonic_ns(), None)
+        else:
+            self._notes += (stage, decision, code, detail, clock.monotonic(), clock.now())
 
     def emit(self) -> None:
         """Emit one event per recorded stage, all about the same subject."""
-        principal = self._principal
-        subject = (
-            principal.request_id,
-            self._call_id,
-            self._tool,
-            self._schema_version,
-            self._args_hash,
-            self._args_summary,
-            principal.user_id,
-            principal.tenant_id,
-        )
-        self._auditor.emit_call(subject, tuple(self._stages))
+        self._auditor.emit_noted(tuple(self._notes))
 
 
 async def count_denial(
