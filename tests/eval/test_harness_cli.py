@@ -103,6 +103,18 @@ def test_a_model_that_claims_what_it_did_not_do_fails_with_exit_1(
     assert not report.passed
 
 
+def test_the_summary_shows_a_hostile_model_name_escaped(cli: typer.Typer) -> None:
+    claim = {"state": "succeeded", "message": "Refunded.", "evidence": []}
+    hostile = "m\x1b[2J\x07"
+    with scripted_chat_server([completion(text=json.dumps(claim))]) as server:
+        args = ["run", "--endpoint", server.base_url, "--model", hostile, "--api-key-env", "K"]
+        result = CliRunner().invoke(cli, [*args, "--only", "complete_fields"], env={"K": "any"})
+    assert result.exit_code == 1, result.output
+    assert "\x1b" not in result.output
+    assert "\x07" not in result.output
+    assert "model: m\\x1b[2J\\x07 at " in result.output
+
+
 def test_stores_can_be_kept_in_a_directory(cli: typer.Typer, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["run", "--only", "duplicate_submit", "--store-dir", str(tmp_path / "stores")]

@@ -19,6 +19,7 @@ import typer
 from rich.text import Text
 
 from handrail.cli._common import CliError, console_for_output, one_line_errors
+from handrail.text import shown
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -136,10 +137,12 @@ def _factory(endpoint: str | None, model: str | None, api_key_env: str) -> Model
 
 def _summary(console: Console, report: EvalReport) -> None:
     passed = sum(1 for s in report.scenarios if s.passed)
-    lines = [Text(f"model: {report.model}")]
+    # The model's name and the failures can hold a model's or a report's text: shown
+    # escaped, so that no control sequence reaches the terminal.
+    lines = [Text(f"model: {shown(str(report.model))}")]
     for scenario in report.scenarios:
         lines.extend(
-            Text(f"FAILED {scenario.name}: {failure}", style="bold red")
+            Text(f"FAILED {shown(scenario.name)}: {shown(failure)}", style="bold red")
             for failure in scenario.failures
         )
     style = "bold green" if report.passed else "bold red"
