@@ -243,7 +243,8 @@ NOTE_WIDTH = 6
 
 def _stages_of(notes: CallNotes) -> list[Stage]:
     """The `Stage`s of a call's notes (see `CallNotes`)."""
-    wall_start, previous = notes[8], notes[9]
+    wall_start, start = notes[8], notes[9]
+    previous = start
     stages: list[Stage] = []
     for index in range(NOTES_HEAD, len(notes), NOTE_WIDTH):
         stage, decision, code, detail, mark, at = notes[index : index + NOTE_WIDTH]
@@ -252,7 +253,7 @@ def _stages_of(notes: CallNotes) -> list[Stage]:
         else:
             seconds = (mark - previous) / 1e9
             if at is None:
-                at = wall_start + (mark - notes[9])
+                at = wall_start + (mark - start)
         stages.append((stage, decision, code, detail, seconds, at))
         previous = mark
     return stages

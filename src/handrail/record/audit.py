@@ -249,13 +249,7 @@ class Auditor:
             return
         scrub = self._scrub
         if scrub is not None:
-            # Written out for the common case: a summary the scrubber leaves alone and
-            # no details; else `_scrubbed_notes` makes the scrubbed copy.
-            summary = notes[5]
-            details = notes[NOTES_HEAD + 3 :: NOTE_WIDTH]
-            changes = summary is not None and scrub(summary) != summary
-            if changes or details.count(None) != len(details):
-                notes = _scrubbed_notes(notes, scrub)
+            notes = _scrubbed_notes(notes, scrub)
         count = (size - NOTES_HEAD) // NOTE_WIDTH
         ids = self._ids
         if ids is not None:
@@ -329,20 +323,13 @@ def _call_emitter(sink: AuditSink) -> Callable[[CallRecord], None]:
 
 
 def _argument_facts(arguments: object) -> tuple[tuple[str | None, str], bool]:
-    """`arguments`' hash and summary (`summarize_arguments`), and whether it shows them whole.
-
-    Whole: plain JSON the quick summary renders (short keys and strings, no floats, at
-    most a few items, shallow), with nothing clipped or redacted.
-    """
+    """`arguments`' hash and summary, and whether it shows them whole (`_summary_showing`)."""
     try:
         digest: str | None = sha256_hex(canonical_json(arguments))
     except ValueError:
         digest = None
-    text = _quick(arguments, 0)
-    if text is None:  # `summarize_arguments`' general path
-        return (digest, _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0)))), False
-    summary = _bounded(text)
-    return (digest, summary), "…" not in summary and _REDACTED not in summary
+    summary, whole = _summary_showing(arguments)
+    return (digest, summary), whole
 
 
 def _scrubbed_notes(notes: CallNotes, scrub: Callable[[str], str]) -> CallNotes:
@@ -550,10 +537,20 @@ def summarize_arguments(arguments: object) -> str:
     and the whole summary is bounded. Full pattern-based redaction is the shaping
     layer's job; this only keeps the audit log from becoming a copy of the input.
     """
+    return _summary_showing(arguments)[0]
+
+
+def _summary_showing(arguments: object) -> tuple[str, bool]:
+    """`summarize_arguments`, and whether the summary shows the arguments whole.
+
+    Whole: plain JSON the quick summary renders (short keys and strings, no floats, at
+    most a few items, shallow), with nothing clipped or redacted.
+    """
     text = _quick(arguments, 0)
     if text is None:
-        text = _SUMMARY_ENCODER.encode(_summarize(arguments, 0))
-    return _bounded(text)
+        return _bounded(_SUMMARY_ENCODER.encode(_summarize(arguments, 0))), False
+    summary = _bounded(text)
+    return summary, "…" not in summary and _REDACTED not in summary
 
 
 def _bounded(text: str) -> str:
