@@ -835,8 +835,8 @@ def test_any_output_reads_into_a_bounded_page_without_error(
     ordered = page()
     stream = Stream(lambda parts: admit, ordered)
     for line in lines:
-        collect.take(line)
-        stream.take(line)
+        collect.take_all((line,))
+        stream.take_all((line,))
     replayed = page()
     collect.replay(replayed)
     for shown in (ordered, replayed):
@@ -869,7 +869,7 @@ def test_a_read_of_lines_at_once_is_taken_as_line_by_line(
         Collect(lambda parts: admit, count_limit=limit),
         Collect(lambda parts: admit, count_limit=limit),
     )
-    stop_one = any(one.take(line) for line in lines)
+    stop_one = any(one.take_all((line,)) for line in lines)
     stop_batch = batch.take_all(lines[:cut]) or batch.take_all(lines[cut:])
     assert stop_one == stop_batch
     assert (one.matches, shown(one, page())) == (batch.matches, shown(batch, page()))
@@ -878,7 +878,7 @@ def test_a_read_of_lines_at_once_is_taken_as_line_by_line(
         Stream(lambda parts: admit, one_page),
         Stream(lambda parts: admit, batch_page),
     )
-    assert any(ordered.take(line) for line in lines) == (
+    assert any(ordered.take_all((line,)) for line in lines) == (
         batched.take_all(lines[:cut]) or batched.take_all(lines[cut:])
     )
     assert shown(ordered, one_page) == shown(batched, batch_page)

@@ -240,10 +240,6 @@ class Collect:
         self.summary: dict[str, Any] | None = None
         self._bytes = 0
 
-    def take(self, line: Line) -> bool:
-        """Hold one message; True once too many matches or bytes are held to sort."""
-        return self.take_all((line,))
-
     def take_all(self, lines: Sequence[Line]) -> bool:
         """Hold messages in order; True (the rest not taken) once too many are held to sort.
 
@@ -330,10 +326,6 @@ class Stream:
         """Feed messages in order to the page; True (the rest not fed) once it is full."""
         take = self._take
         return any(take(line, found) for line, found in zip(lines, kinds(lines), strict=True))
-
-    def take(self, line: Line) -> bool:
-        """Feed one message to the page; True once the page is full."""
-        return self._take(line, kind(line))
 
     def _take(self, line: Line, found: Kind) -> bool:
         if found is Kind.MATCH:
