@@ -8,9 +8,9 @@ Never decides what a migration must keep: each contract test asserts that itself
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 
 from _stores import _admin_connection
+from handrail.events import AuditEvent
 from handrail.store import PostgresStore, SqliteStore, SqlStore
 from handrail.store._tables import metadata
 
@@ -51,6 +52,43 @@ def revision(engine: sa.Engine) -> list[str]:
     with engine.connect() as connection:
         rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").all()
     return [row[0] for row in rows]
+
+
+_AUDIT_EVENTS = sa.table(
+    "audit_events",
+    *(
+        sa.column(name)
+        for name in [
+            "event_id",
+            "kind",
+            "stage",
+            "decision",
+            "code",
+            "duration_ms",
+            "detail",
+            "request_id",
+            "tool_call_id",
+            "tool",
+            "schema_version",
+            "args_hash",
+            "args_summary",
+            "user_id",
+            "tenant_id",
+        ]
+    ),
+    sa.column("at", sa.DateTime(timezone=True)),
+)
+
+
+def append_old_audit(engine: sa.Engine, events: Sequence[AuditEvent]) -> None:
+    """Write events as the revisions before 0014 kept them: a row of `audit_events` each."""
+    rows = []
+    for event in events:
+        row = {f.name: getattr(event, f.name) for f in fields(event) if f.name != "subject"}
+        row.update((f.name, getattr(event.subject, f.name)) for f in fields(event.subject))
+        rows.append(row)
+    with engine.begin() as connection:
+        connection.execute(_AUDIT_EVENTS.insert(), rows)
 
 
 def table_names(engine: sa.Engine) -> set[str]:

@@ -28,7 +28,7 @@ POSTGRES_ADMIN_DB = "postgres"
 
 # Every table the migrations create, emptied between tests (the schema stays).
 STORE_TABLES = (
-    "audit_events",
+    "audit_trails",
     "plans",
     "plan_nonces",
     "plan_approvals",

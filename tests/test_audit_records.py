@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from handrail import Gate, Principal, Registry, RiskLevel, ToolCall, tool
 from handrail.clock import SystemClock
@@ -29,7 +30,7 @@ from handrail.events import (
 )
 from handrail.record.audit import Auditor, MemoryAuditSink, UniqueIds
 from handrail.record.batching import BatchingAuditSink
-from handrail.store import MemoryStore, SqliteStore
+from handrail.store import MemoryStore, SqliteStore, SqlStore
 from handrail.testing import FixedClock, sequential_ids
 
 PRINCIPAL = Principal(user_id="u1", tenant_id="t1", request_id="r1")
@@ -194,14 +195,14 @@ def _items() -> list[AuditEvent | CallRecord]:
 
 def _rows(path: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as connection:
-        return connection.execute("SELECT * FROM audit_events ORDER BY seq").fetchall()
+        return connection.execute("SELECT * FROM audit_trails ORDER BY seq").fetchall()
 
 
 def test_sqlite_rows_from_records_are_the_rows_of_their_events(tmp_path: Path) -> None:
     direct = SqliteStore.open(tmp_path / "direct.db")
     general = SqliteStore.open(tmp_path / "general.db")
     items = _items()
-    # The first record is written from the record; the others take storable_events.
+    # The first record is written as one row; the others take storable_events.
     assert [record_fits(i) for i in items if isinstance(i, CallRecord)] == [True, False, False]
     direct.append_audit_items(items)
     events: list[AuditEvent] = []
@@ -209,13 +210,32 @@ def test_sqlite_rows_from_records_are_the_rows_of_their_events(tmp_path: Path) -
         events.extend(item.events() if isinstance(item, CallRecord) else [item])
     general.append_audit(events)
     assert direct.read_audit(limit=100) == general.read_audit(limit=100)
+    assert [e.event_id for e in direct.read_audit(limit=2)] == [
+        "custom-1",
+        "i" * 63 + "…",
+    ]
     direct.close()
     general.close()
     rows = _rows(tmp_path / "direct.db")
-    assert rows == _rows(tmp_path / "general.db")
-    assert len(rows) == 6
-    assert rows[0][2] == "2026-01-01 00:00:00.123456"
-    assert rows[1][2] == "2026-01-01 00:00:01.123456"
+    assert len(rows) == 4
+    assert len(_rows(tmp_path / "general.db")) == 6
+    seq, event_id, kind, earliest, latest, decisions, codes = rows[0][:7]
+    assert (seq, event_id, kind) == (1, "p" * 24 + "00000001", "call")
+    assert (earliest, latest) == (1_767_225_600_123_456, 1_767_225_602_123_456)
+    assert (decisions, codes) == ("|pass|ok|error|", "|ok|")
+
+
+def test_the_sqlite_writer_and_sqlalchemy_write_the_same_rows(tmp_path: Path) -> None:
+    direct = SqliteStore.open(tmp_path / "direct.db")
+    engine = sa.create_engine(f"sqlite+pysqlite:///{tmp_path / 'general.db'}")
+    general = SqlStore(engine)
+    general.migrate()
+    direct.append_audit_items(_items())
+    general.append_audit_items(_items())
+    assert direct.read_audit(limit=100) == general.read_audit(limit=100)
+    direct.close()
+    engine.dispose()
+    assert _rows(tmp_path / "direct.db") == _rows(tmp_path / "general.db")
 
 
 def test_the_batching_sink_gives_a_store_without_records_their_events() -> None:

@@ -7,6 +7,7 @@ anything and never writes anywhere: the auditor builds events, sinks and stores 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,7 @@ __all__ = [
     "events_of",
     "fields_of",
     "fit_text",
+    "notes_fit",
     "record_fits",
     "storable_events",
     "subject_of",
@@ -324,6 +326,11 @@ class CallRecord:
         return record
 
     @property
+    def notes(self) -> CallNotes:
+        """The call's notes, if the record was made by `noted` (else empty)."""
+        return self._notes
+
+    @property
     def subject_fields(self) -> SubjectFields:
         """The fields of the subject every event of the call shares."""
         fields = self._subject_fields
@@ -543,6 +550,43 @@ def record_fits(record: CallRecord) -> bool:  # noqa: PLR0911 - one return per c
     except TypeError:  # a field that is not text: the events' slow path handles it
         return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _labels_fit(kind: str, labels: tuple[Any, ...], codes: int) -> bool:
+    """Whether a call's kind, stages, decisions and last `codes` labels (codes) fit.
+
+    Remembered: the labels of a call are the gate's own names and codes, so the same
+    few tuples come back call after call.
+    """
+    named, coded = labels[: len(labels) - codes], labels[len(labels) - codes :]
+    try:
+        return (
+            is_storable(kind + "".join(named) + "".join(filter(None, coded)))
+            and len(kind) <= _LABEL_WIDTH
+            and all(len(label) <= _LABEL_WIDTH for label in named)
+            and all(code is None or len(code) <= _CODE_WIDTH for code in coded)
+        )
+    except TypeError:  # a label that is not text
+        return False
+
+
+def notes_fit(kind: str, notes: CallNotes) -> bool:
+    """`record_fits` of `CallRecord.noted(kind, notes)`, its ids aside, for a store's writer.
+
+    Checked on the flat notes a kind of value at a time (no stage made), the labels
+    remembered: it runs for every call the writer stores.
+    """
+    codes = notes[NOTES_HEAD + 2 :: NOTE_WIDTH]
+    labels = notes[NOTES_HEAD::NOTE_WIDTH] + notes[NOTES_HEAD + 1 :: NOTE_WIDTH] + codes
+    try:
+        return (
+            _labels_fit(kind, labels, len(codes))
+            and _fields_fit(*notes[:8])
+            and is_storable("".join(filter(None, notes[NOTES_HEAD + 3 :: NOTE_WIDTH])))
+        )
+    except TypeError:  # a value that is not text (or not hashable): the slow path
+        return False
 
 
 def storable_events(events: Sequence[AuditEvent]) -> list[AuditEvent]:

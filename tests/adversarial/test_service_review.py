@@ -61,7 +61,7 @@ def _state(tmp_path: Path) -> dict[str, list[tuple[object, ...]]]:
         return {
             table: sorted(map(tuple, connection.execute(f"SELECT * FROM {table}")), key=repr)  # noqa: S608 - our table names
             for table in STORE_TABLES
-            if table != "audit_events"
+            if table != "audit_trails"
         }
     finally:
         connection.close()

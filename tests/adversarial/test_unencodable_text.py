@@ -9,6 +9,7 @@ only itself: the writer keeps writing what comes after it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -56,8 +57,8 @@ from handrail.shaping.marking import DataMarker
 from handrail.shaping.redact import Redactor
 from handrail.shaping.shaper import Shaper
 from handrail.store import SqlStore, Store
-from handrail.store._rows import event_row
-from handrail.store._tables import audit_events
+from handrail.store._audit_rows import micros
+from handrail.store._tables import audit_trails
 from handrail.testing import FixedClock, sequential_ids
 
 WireCheck = Callable[[Envelope, ToolCall], dict[str, Any]]
@@ -407,6 +408,22 @@ async def test_a_kept_raw_result_of_a_call_id_with_nul_is_stored_on_every_store(
     assert record.call_id == "call_\\u0000raw"
 
 
+def _unescaped_row(event: AuditEvent) -> dict[str, object]:
+    """A row of `audit_trails` holding the event's text exactly as it is."""
+    at = micros(event.at)
+    entry = [event.stage, event.decision, event.code, event.detail, event.duration_ms, at]
+    subject = event.subject
+    return {
+        "event_id": event.event_id,
+        "kind": event.kind,
+        "earliest_us": at,
+        "latest_us": at,
+        "decisions": f"|{event.decision}|",
+        "events": json.dumps([entry], ensure_ascii=False),
+        **{f.name: getattr(subject, f.name) for f in dataclasses.fields(subject)},
+    }
+
+
 class _UnescapedStore:
     """A Store whose audit insert writes rows as they come, as a third-party store might."""
 
@@ -415,7 +432,7 @@ class _UnescapedStore:
 
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
         with self.inner.engine.begin() as connection:
-            connection.execute(audit_events.insert(), [event_row(event) for event in events])
+            connection.execute(audit_trails.insert(), [_unescaped_row(event) for event in events])
 
     def read_audit(self, *, limit: int = 50) -> list[AuditEvent]:
         return self.inner.read_audit(limit=limit)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from _migrations import EmptyDatabase, migrate, revision, table_names
+from _migrations import EmptyDatabase, append_old_audit, migrate, revision, table_names
 from handrail.errors import StoreError
 from handrail.events import AuditEvent
 from handrail.raw import RawRecord
@@ -245,8 +245,7 @@ def test_opening_a_store_of_revision_0002_adds_raw_results_and_keeps_the_data(
     engine = empty_database.engine
     migrate(engine, "0002")
     assert "raw_results" not in table_names(engine)
-    old = SqlStore(engine)
-    old.append_audit([_event()])
+    append_old_audit(engine, [_event()])
     with empty_database.reopened() as store:
         assert [e.event_id for e in store.read_audit()] == ["ev-old"]
         store.put_raw(_raw())

@@ -1,7 +1,8 @@
-"""The audit search of `MemoryStore`: the same contract as `SqlAuditSearch`, in one process.
+"""The audit search of `MemoryStore`: the same contract as `SqlAudit`'s, in one process.
 
-An event's sequence number is its position in the append order, counted from 1, as
-the SQL stores number their rows.
+An event's sequence number is its position in the append order, counted from 1. The
+SQL stores number an event by its row and its place in the row, so the numbers differ
+between stores; what they order, and how pages continue, does not.
 """
 
 from __future__ import annotations

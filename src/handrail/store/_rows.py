@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from handrail.events import AuditEvent, AuditSubject
+from handrail.events import AuditSubject
 from handrail.execution import ExecutionRecord, ExecutionStatus
 from handrail.plans import Impact, Plan, PlanRecord, PlanState
 from handrail.raw import RawRecord
@@ -21,12 +21,10 @@ from handrail.runs import RunRecord, RunState
 from handrail.spec import ConfirmationMode, RiskLevel
 
 __all__ = [
-    "EVENT_FIELDS",
     "EXECUTION_MUTABLE",
     "RAW_LISTED",
     "SUBJECT_FIELDS",
     "aware",
-    "event_row",
     "execution_of",
     "execution_params",
     "execution_row",
@@ -38,30 +36,11 @@ __all__ = [
     "raw_row",
     "run_of",
     "run_row",
-    "stored_event",
     "utc",
 ]
 
 
-EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent) if f.name != "subject")
 SUBJECT_FIELDS = tuple(f.name for f in fields(AuditSubject))
-
-
-def stored_event(row: Any) -> AuditEvent:  # noqa: ANN401 - a row mapping of audit_events
-    """The AuditEvent of a stored audit row."""
-    return AuditEvent(
-        **{name: row[name] for name in EVENT_FIELDS if name != "at"},
-        at=aware(row["at"]),
-        subject=AuditSubject(**{name: row[name] for name in SUBJECT_FIELDS}),
-    )
-
-
-def event_row(event: AuditEvent) -> dict[str, object]:
-    # Not dataclasses.asdict: it deep-copies every value, which costs 20x more.
-    row = {name: getattr(event, name) for name in EVENT_FIELDS}
-    subject = event.subject
-    row.update((name, getattr(subject, name)) for name in SUBJECT_FIELDS)
-    return row
 
 
 def aware(value: datetime) -> datetime:

@@ -6,16 +6,18 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-audit_events = sa.Table(
-    "audit_events",
+audit_trails = sa.Table(
+    "audit_trails",
     metadata,
+    # A row holds the events of one call (or one event on its own); see `_audit_rows`.
     sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
     sa.Column("event_id", sa.String(64), nullable=False, unique=True),
-    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("stage", sa.String(32), nullable=False),
-    sa.Column("decision", sa.String(32), nullable=False),
-    sa.Column("code", sa.String(64)),
+    sa.Column("earliest_us", sa.BigInteger(), nullable=False),
+    sa.Column("latest_us", sa.BigInteger(), nullable=False),
+    sa.Column("decisions", sa.Text(), nullable=False),
+    sa.Column("codes", sa.Text()),
+    sa.Column("events", sa.Text(), nullable=False),
     sa.Column("request_id", sa.String(128)),
     sa.Column("tool_call_id", sa.String(256)),
     sa.Column("tool", sa.String(128)),
@@ -24,10 +26,8 @@ audit_events = sa.Table(
     sa.Column("args_summary", sa.Text()),
     sa.Column("user_id", sa.String(256)),
     sa.Column("tenant_id", sa.String(256)),
-    sa.Column("duration_ms", sa.Float()),
-    sa.Column("detail", sa.Text()),
-    sa.Index("ix_audit_events_tenant_seq", "tenant_id", "seq"),
-    sa.Index("ix_audit_events_tool_call_id", "tool_call_id"),
+    sa.Index("ix_audit_trails_tenant_seq", "tenant_id", "seq"),
+    sa.Index("ix_audit_trails_tool_call_id", "tool_call_id"),
 )
 
 _TIME = sa.DateTime(timezone=True)

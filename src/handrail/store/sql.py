@@ -8,7 +8,7 @@ the Alembic migrations.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
@@ -19,7 +19,6 @@ from alembic import command
 from alembic.config import Config
 
 from handrail.errors import StoreError
-from handrail.events import AuditEvent, storable_events
 from handrail.execution import (
     ExecutionRecord,
     ExecutionStatus,
@@ -27,7 +26,6 @@ from handrail.execution import (
 from handrail.plans import PlanRecord, PlanState
 from handrail.raw import RawRecord
 from handrail.spec import ConfirmationMode
-from handrail.store._rows import event_row as _row
 from handrail.store._rows import execution_of as _execution
 from handrail.store._rows import execution_params, execution_row
 from handrail.store._rows import execution_values as _execution_row
@@ -35,10 +33,9 @@ from handrail.store._rows import plan_of as _plan
 from handrail.store._rows import plan_row as _plan_row
 from handrail.store._rows import raw_of as _raw
 from handrail.store._rows import raw_row as _raw_row
-from handrail.store._rows import stored_event as _event
 from handrail.store._rows import utc as _utc
 from handrail.store._sql_api_keys import SqlApiKeys
-from handrail.store._sql_audit import SqlAuditSearch
+from handrail.store._sql_audit import SqlAudit
 from handrail.store._sql_conversations import SqlConversations
 from handrail.store._sql_idempotency import SqlIdempotency
 from handrail.store._sql_people import SqlPeople
@@ -64,7 +61,6 @@ from handrail.store._statements import (
     list_plans_statement,
 )
 from handrail.store._tables import (
-    audit_events,
     executions,
     raw_results,
 )
@@ -103,7 +99,7 @@ def _immediate(connection: sa.Connection) -> sa.Connection:
 
 
 class SqlStore(
-    SqlAuditSearch,
+    SqlAudit,
     SqlConversations,
     SqlRuns,
     SqlApiKeys,
@@ -161,37 +157,6 @@ class SqlStore(
                 command.upgrade(config, "head")
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"migration failed: {type(exc).__name__}") from exc
-
-    def append_audit(self, events: Sequence[AuditEvent]) -> None:
-        """Insert events in one transaction, as `storable_events` makes them."""
-        if not events:
-            return
-        rows = [_row(event) for event in storable_events(events)]
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(audit_events.insert(), rows)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"audit write failed: {type(exc).__name__}") from exc
-
-    def read_audit(
-        self,
-        *,
-        limit: int = 50,
-        tenant_id: str | None = None,
-        tool_call_id: str | None = None,
-    ) -> list[AuditEvent]:
-        """The newest `limit` matching events, oldest first."""
-        query = sa.select(audit_events).order_by(audit_events.c.seq.desc()).limit(max(0, limit))
-        if tenant_id is not None:
-            query = query.where(audit_events.c.tenant_id == tenant_id)
-        if tool_call_id is not None:
-            query = query.where(audit_events.c.tool_call_id == tool_call_id)
-        try:
-            with self._engine.connect() as connection:
-                rows = connection.execute(query).mappings().all()
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"audit read failed: {type(exc).__name__}") from exc
-        return [_event(row) for row in reversed(rows)]
 
     # --- plans and confirmations -----------------------------------------------------------
 

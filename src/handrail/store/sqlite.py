@@ -18,9 +18,9 @@ than paying for a worker thread's hop (~400 µs under load) on every request.
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,16 +29,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from handrail.api_keys import ApiKeyRecord
 from handrail.errors import StoreError
-from handrail.events import (
-    AuditEvent,
-    AuditItem,
-    CallRecord,
-    events_of,
-    record_fits,
-    storable_events,
-    wall_time,
-)
-from handrail.store._rows import EVENT_FIELDS, SUBJECT_FIELDS
+from handrail.store._audit_rows import TRAIL_COLUMNS, TrailRow
 from handrail.store._sql_api_keys import api_key_record
 from handrail.store._sqlite_async import SqliteExecutions
 from handrail.store._tables import api_keys
@@ -77,131 +68,20 @@ def _begin(connection: sa.Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-_AUDIT_COLUMNS = (*EVENT_FIELDS, *SUBJECT_FIELDS)
 # One INSERT of many rows, not executemany: the driver lets go of the GIL for every
 # statement it steps, and taking it back from a busy event loop can cost a switch
 # interval (5 ms) each time. Bound by SQLite's limit on variables (999 before 3.32).
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
-_ROWS_PER_INSERT = min(512, _MAX_VARIABLES // len(_AUDIT_COLUMNS))
-_ROW = f"({', '.join('?' for _ in _AUDIT_COLUMNS)})"
-# SQLAlchemy's SQLite DATETIME keeps "YYYY-MM-DD HH:MM:SS.ffffff", the wall-clock fields
-# without the offset; `isoformat` writes exactly that, and the offset after it is cut.
-_STORED_TIME = len("2026-01-01 00:00:00.000000")
+_ROWS_PER_INSERT = min(512, _MAX_VARIABLES // len(TRAIL_COLUMNS))
+_ROW = f"({', '.join('?' for _ in TRAIL_COLUMNS)})"
 
 
 @functools.lru_cache(maxsize=_ROWS_PER_INSERT)
-def _insert_audit(rows: int) -> str:
+def _insert_statement(rows: int) -> str:
     return (
-        f"INSERT INTO audit_events ({', '.join(_AUDIT_COLUMNS)}) "  # noqa: S608 - fixed column names
+        f"INSERT INTO audit_trails ({', '.join(TRAIL_COLUMNS)}) "  # noqa: S608 - fixed column names
         f"VALUES {', '.join(_ROW for _ in range(rows))}"
     )
-
-
-def _audit_values(events: Sequence[AuditEvent]) -> list[object] | None:
-    """The values of `events`' rows, one after another; None if one needs SQLAlchemy's types.
-
-    A plain datetime is formatted here as SQLAlchemy's DATETIME would; an event with
-    anything else in `at` (never one the auditor made) takes the general path instead.
-    """
-    values: list[object] = []
-    add = values.extend
-    for event in events:
-        at = event.at
-        if type(at) is not datetime:
-            return None
-        s = event.subject
-        # Written out, not looped: this runs for every event the writer stores. The
-        # order is `_AUDIT_COLUMNS`: EVENT_FIELDS, then SUBJECT_FIELDS.
-        add(
-            (
-                event.event_id,
-                at.isoformat(" ", "microseconds")[:_STORED_TIME],
-                event.kind,
-                event.stage,
-                event.decision,
-                event.code,
-                event.duration_ms,
-                event.detail,
-                s.request_id,
-                s.tool_call_id,
-                s.tool,
-                s.schema_version,
-                s.args_hash,
-                s.args_summary,
-                s.user_id,
-                s.tenant_id,
-            ),
-        )
-    return values
-
-
-def _stamper() -> Callable[[datetime | int], str]:
-    """Formats stage times as `_audit_values` does; the seconds' text is reused.
-
-    The events of a batch mostly end within the same second: only the microseconds
-    differ, so the date and time of day are formatted once per second.
-    """
-    last = -1
-    head = ""
-
-    def stamp(at: datetime | int) -> str:
-        nonlocal last, head
-        if type(at) is int:
-            seconds, micros = divmod(at // 1000, 1_000_000)
-            if seconds != last:
-                head = wall_time(seconds * 1_000_000_000).isoformat(" ")[: _STORED_TIME - 7]
-                last = seconds
-            return f"{head}.{micros:06d}"
-        if type(at) is datetime:
-            return at.isoformat(" ", "microseconds")[:_STORED_TIME]
-        raise _NeedsTypes
-
-    return stamp
-
-
-class _NeedsTypes(Exception):  # noqa: N818 - a signal inside this module, never raised out
-    """An item whose values only SQLAlchemy's column types can store."""
-
-
-def _item_values(items: Sequence[AuditItem]) -> list[object] | None:
-    """The rows of `items`, as `_audit_values` makes them for their events; None likewise.
-
-    A call's record whose text is storable as it is (`record_fits`) becomes rows
-    directly, without events; any other item takes `storable_events` first.
-    """
-    values: list[object] = []
-    add = values.extend
-    stamp = _stamper()
-    try:
-        for item in items:
-            if not isinstance(item, CallRecord) or not record_fits(item):
-                events = [item] if isinstance(item, AuditEvent) else item.events()
-                more = _audit_values(storable_events(events))
-                if more is None:
-                    return None
-                add(more)
-                continue
-            subject = item.subject_fields
-            kind = item.kind
-            for event_id, (stage, decision, code, detail, seconds, at) in zip(
-                item.event_ids(), item.stages, strict=True
-            ):
-                add(
-                    (
-                        event_id,
-                        stamp(at),
-                        kind,
-                        stage,
-                        decision,
-                        code,
-                        round(seconds * 1000, 3),
-                        detail,
-                        *subject,
-                    ),
-                )
-    except _NeedsTypes:
-        return None
-    return values
 
 
 def _key_reader() -> tuple[str, dict[str, Callable[[Any], Any]]]:
@@ -256,46 +136,20 @@ class SqliteStore(SqlStore):
             store.migrate()
         return store
 
-    def append_audit(self, events: Sequence[AuditEvent]) -> None:
-        """Insert events in one transaction, as `storable_events` makes them.
+    def _insert_trail(self, rows: list[TrailRow]) -> None:
+        """Insert the rows in one transaction, straight to the driver, many to an INSERT.
 
-        The rows go straight to the driver (no per-row type processing), many to one
-        INSERT: this runs on the audit writer's thread, next to a busy event loop.
+        Every value is already what the driver binds (text, numbers, None): this runs on
+        the audit writer's thread, next to a busy event loop.
         """
-        if not events:
-            return
-        stored = storable_events(events)
-        values = _audit_values(stored)
-        if values is None:
-            super().append_audit(stored)
-            return
-        self._insert_values(values)
-
-    def _insert_values(self, values: list[object]) -> None:
-        """Insert rows (their values one after another) in one transaction."""
-        width = len(_AUDIT_COLUMNS) * _ROWS_PER_INSERT
         try:
             with self.engine.begin() as connection:
-                for first in range(0, len(values), width):
-                    chunk = tuple(values[first : first + width])
-                    statement = _insert_audit(len(chunk) // len(_AUDIT_COLUMNS))
-                    connection.exec_driver_sql(statement, chunk)
+                for first in range(0, len(rows), _ROWS_PER_INSERT):
+                    chunk = rows[first : first + _ROWS_PER_INSERT]
+                    values = tuple(itertools.chain.from_iterable(chunk))
+                    connection.exec_driver_sql(_insert_statement(len(chunk)), values)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"audit write failed: {type(exc).__name__}") from exc
-
-    def append_audit_items(self, items: Sequence[AuditItem]) -> None:
-        """`append_audit` of the items' events, with calls' records written as rows directly.
-
-        For `BatchingAuditSink`, whose writer takes records as the auditor emitted them:
-        the rows are the ones `append_audit` would write for their events.
-        """
-        if not items:
-            return
-        values = _item_values(items)
-        if values is None:
-            super().append_audit(storable_events(events_of(items)))
-            return
-        self._insert_values(values)
 
     def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
         """The key of an id: `SqlStore`'s read, its statement sent straight to the driver.
