@@ -241,14 +241,14 @@ def row_events(row: Mapping[Any, Any]) -> list[tuple[int, AuditEvent]]:
         base = int(row["seq"]) << SEQ_SHIFT
         kind = row["kind"]
         subject = tuple(row[name] for name in SUBJECT_FIELDS)
-        if entries and type(entries[0]) is int:  # a call's notes
+        noted = bool(entries) and type(entries[0]) is int  # a call's notes
+        if noted or len(entries) > 1:  # the other ids count on from the first
             prefix, counter = first[:-_COUNTER_DIGITS], int(first[-_COUNTER_DIGITS:], 16)
+        if noted:
             record = CallRecord.noted(
                 kind, (*subject, *entries), id_prefix=prefix, id_first=counter
             )
             return [(base | index, event) for index, event in enumerate(record.events())]
-        if len(entries) > 1:
-            prefix, counter = first[:-_COUNTER_DIGITS], int(first[-_COUNTER_DIGITS:], 16)
         shared = subject_of(*subject)
         found: list[tuple[int, AuditEvent]] = []
         for index, (stage, decision, code, detail, duration_ms, at_us) in enumerate(entries):
