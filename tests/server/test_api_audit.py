@@ -45,6 +45,10 @@ async def test_the_search_filters_and_pages_with_an_opaque_cursor(any_services: 
         bad = await client.get("/v1/audit", params={"cursor": "YTE6LTE"})
         assert bad.status_code == 422
         assert bad.json()["error"]["code"] == "INVALID_ARGUMENTS"
+        # A cursor of the numbering before one row per call ("a1:5") is refused, not misread.
+        old = await client.get("/v1/audit", params={"cursor": "YTE6NQ"})
+        assert old.status_code == 422
+        assert old.json()["error"]["code"] == "INVALID_ARGUMENTS"
 
 
 async def test_a_calls_timeline_lists_its_stages_in_order(any_services: Services) -> None:

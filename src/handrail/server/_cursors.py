@@ -15,7 +15,9 @@ from handrail.errors import AccessRefusedError, ErrorCode
 
 __all__ = ["decode_cursor", "encode_cursor"]
 
-_PREFIX = "a1:"
+# "a2": events numbered by row and stage (migration 0014); a cursor of the earlier
+# numbering ("a1") would start a page at another place, so it is refused instead.
+_PREFIX = "a2:"
 _SEQ = re.compile(r"[1-9][0-9]{0,17}")
 _MAX_CURSOR = 64
 
