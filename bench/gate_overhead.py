@@ -593,6 +593,12 @@ def findings(stats: list[Stats]) -> list[str]:
         f"SQLite persistence on top (sqlite - memory): "
         f"{sqlite.median_us - memory.median_us:+.2f} µs/call",
     )
+    for name, audited, bound in (("MemoryAuditSink", memory, 1.5), ("SQLite", sqlite, 2.0)):
+        verdict = "met" if audited.vs_handrail <= bound else "NOT met"
+        out.append(
+            f"Audit on, {name} / audit off: {audited.vs_handrail:.2f}x "
+            f"(target <= {bound:g}x: {verdict})"
+        )
     sync = by_key["handrail_sync"]
     out.append(f"Handrail sync tool / async tool (audit off): {sync.vs_handrail:.2f}x")
     if "baseline_sync" in by_key:

@@ -40,7 +40,9 @@ def test_every_handrail_path_is_checked_measured_and_reported(
         "handrail_sync",
     }
     assert all(len(r["rounds_us"]) == 1 for r in results.values())
-    assert "Handrail (audit off) / baseline" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Handrail (audit off) / baseline" in out
+    assert "Audit on, SQLite / audit off" in out
 
 
 def test_every_peer_path_still_validates_and_calls_its_tool(
