@@ -79,6 +79,9 @@ class PostgresStore(SqlStore):
             # No ping per checkout (a round trip each time): connections are recycled
             # instead, and a dropped one surfaces as a StoreError (TRANSIENT to callers).
             pool_recycle=1800,
+            # A failed statement's text never lists its values (arguments, summaries):
+            # the exception reaches logs.
+            hide_parameters=True,
             # Committed means on disk, as with SQLite's synchronous=FULL.
             connect_args={"options": _OPTIONS, "application_name": application_name},
         )

@@ -127,7 +127,11 @@ class SqliteStore(SqlStore):
         file = Path(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         # No overflow limit: a checkout never waits for another thread's connection.
-        engine = sa.create_engine(f"sqlite+pysqlite:///{file}", max_overflow=-1)
+        # hide_parameters: a failed statement's text never lists its values (arguments,
+        # summaries), since the exception reaches logs.
+        engine = sa.create_engine(
+            f"sqlite+pysqlite:///{file}", max_overflow=-1, hide_parameters=True
+        )
         sa.event.listen(engine, "connect", _set_pragmas)
         sa.event.listen(engine, "begin", _begin)
         store = cls(engine, autocommit=engine.execution_options(handrail_autocommit=True))
