@@ -32,7 +32,6 @@ __all__ = [
     "events_of",
     "fields_of",
     "fit_text",
-    "notes_fit",
     "record_fits",
     "storable_events",
     "subject_of",
@@ -515,29 +514,30 @@ def record_fits(record: CallRecord) -> bool:  # noqa: PLR0911 - one return per c
     """Whether a store keeps all of `record`'s text as it is (no `storable_events` copy).
 
     A store that writes rows from the record directly checks this first; when it says
-    False, the record's events take `storable_events`, so the rows are the same.
+    False, the record's events take `storable_events`, so the rows are the same. A
+    record made by `CallRecord.noted` is checked on its notes, without making stages.
     """
-    stages = record.stages
-    if not stages:
+    count = len(record)
+    if not count:
         return True
     try:
-        if not _fields_fit(*record.subject_fields):
-            return False
         prefix = record.id_prefix
         if prefix is None:
             ids = record.ids
-            if len(ids) != len(stages) or not all(
+            if len(ids) != count or not all(
                 is_storable(event_id) and len(event_id) <= _ID_WIDTH for event_id in ids
             ):
                 return False
         else:
-            last = f"{prefix}{record.id_first + len(stages) - 1:08x}"
+            last = f"{prefix}{record.id_first + count - 1:08x}"
             if not is_storable(prefix) or len(last) > _ID_WIDTH:
                 return False
-        kind = record.kind
-        if len(kind) > _LABEL_WIDTH:
+        kind, notes = record.kind, record.notes
+        if notes:
+            return _notes_fit(kind, notes)
+        if not _fields_fit(*record.subject_fields) or len(kind) > _LABEL_WIDTH:
             return False
-        for stage, decision, code, detail, _, _ in stages:
+        for stage, decision, code, detail, _, _ in record.stages:
             if detail is not None and not is_storable(detail):
                 return False
             if not (
@@ -553,35 +553,32 @@ def record_fits(record: CallRecord) -> bool:  # noqa: PLR0911 - one return per c
 
 
 @functools.lru_cache(maxsize=1024)
-def _labels_fit(kind: str, labels: tuple[Any, ...], codes: int) -> bool:
-    """Whether a call's kind, stages, decisions and last `codes` labels (codes) fit.
+def _labels_fit(kind: str, named: tuple[Any, ...], codes: tuple[Any, ...]) -> bool:
+    """Whether a call's kind, stage names and decisions (`named`) and codes fit.
 
     Remembered: the labels of a call are the gate's own names and codes, so the same
     few tuples come back call after call.
     """
-    named, coded = labels[: len(labels) - codes], labels[len(labels) - codes :]
     try:
         return (
-            is_storable(kind + "".join(named) + "".join(filter(None, coded)))
+            is_storable(kind + "".join(named) + "".join(filter(None, codes)))
             and len(kind) <= _LABEL_WIDTH
             and all(len(label) <= _LABEL_WIDTH for label in named)
-            and all(code is None or len(code) <= _CODE_WIDTH for code in coded)
+            and all(code is None or len(code) <= _CODE_WIDTH for code in codes)
         )
     except TypeError:  # a label that is not text
         return False
 
 
-def notes_fit(kind: str, notes: CallNotes) -> bool:
-    """`record_fits` of `CallRecord.noted(kind, notes)`, its ids aside, for a store's writer.
+def _notes_fit(kind: str, notes: CallNotes) -> bool:
+    """`record_fits` of a noted record but its ids: on the flat notes, the labels remembered.
 
-    Checked on the flat notes a kind of value at a time (no stage made), the labels
-    remembered: it runs for every call the writer stores.
+    It runs for every call a store's writer keeps, so no stage is made.
     """
-    codes = notes[NOTES_HEAD + 2 :: NOTE_WIDTH]
-    labels = notes[NOTES_HEAD::NOTE_WIDTH] + notes[NOTES_HEAD + 1 :: NOTE_WIDTH] + codes
+    named = notes[NOTES_HEAD::NOTE_WIDTH] + notes[NOTES_HEAD + 1 :: NOTE_WIDTH]
     try:
         return (
-            _labels_fit(kind, labels, len(codes))
+            _labels_fit(kind, named, notes[NOTES_HEAD + 2 :: NOTE_WIDTH])
             and _fields_fit(*notes[:8])
             and is_storable("".join(filter(None, notes[NOTES_HEAD + 3 :: NOTE_WIDTH])))
         )

@@ -38,20 +38,17 @@ from handrail.errors import StoreError
 from handrail.events import (
     NOTE_WIDTH,
     NOTES_HEAD,
-    STORED_WIDTHS,
     AuditEvent,
     AuditItem,
     CallRecord,
     Stage,
     event_of,
     fields_of,
-    notes_fit,
     record_fits,
     storable_events,
     subject_of,
 )
-from handrail.store._rows import SUBJECT_FIELDS
-from handrail.text import is_storable
+from handrail.store._rows import SUBJECT_FIELDS, aware
 
 __all__ = ["SEQ_SHIFT", "TRAIL_COLUMNS", "TrailRow", "micros", "row_events", "trail_rows"]
 
@@ -59,7 +56,6 @@ SEQ_SHIFT = 8
 _ROW_EVENTS = 1 << SEQ_SHIFT
 _COUNTER_DIGITS = 8
 _COUNTERS = 16**_COUNTER_DIGITS
-_ID_WIDTH = STORED_WIDTHS["event_id"] or 0
 
 TRAIL_COLUMNS = (
     "event_id",
@@ -93,9 +89,7 @@ def micros(at: datetime | int) -> int:
         return at // 1000
     if not isinstance(at, datetime):
         raise StoreError(f"audit write failed: a time of type {type(at).__name__}")
-    if at.tzinfo is None:  # every stored time is UTC
-        at = at.replace(tzinfo=UTC)
-    return (at - _EPOCH) // _ONE_US
+    return (aware(at) - _EPOCH) // _ONE_US
 
 
 def _bars(values: Sequence[str]) -> str | None:
@@ -163,25 +157,32 @@ def _event_row(event: AuditEvent) -> TrailRow:
     )
 
 
-def _noted_row(record: CallRecord) -> TrailRow | None:
-    """The row of a call noted on the system clock, its notes encoded as they are; or None.
+def _packed_prefix(record: CallRecord) -> str | None:
+    """The id prefix of a record written as rows of many events; None if it is not one.
+
+    Its ids must be a prefix and a counter that stays within its digits, and all its
+    text must fit as it is (`record_fits`).
+    """
+    prefix = record.id_prefix
+    if prefix is None or record.id_first + len(record) > _COUNTERS or not record_fits(record):
+        return None
+    return prefix
+
+
+def _noted_row(record: CallRecord, prefix: str) -> TrailRow | None:
+    """The row of a packed call noted on the system clock, its notes as they are; or None.
 
     Such a record's notes are its stages' outcomes and clock readings (`CallNotes`):
     storing them, not stages made from them, costs one encoder call, and the reader
     makes the events with `CallRecord.noted` as a sink would. Any other record: None.
     """
     notes = record.notes
-    prefix = record.id_prefix
-    count = (len(notes) - NOTES_HEAD) // NOTE_WIDTH
+    count = len(record)
     if (
-        not 0 < count <= _ROW_EVENTS
-        or prefix is None
+        not notes
+        or not 0 < count <= _ROW_EVENTS
         or notes[8] is None  # stage times read from another clock
         or notes[NOTES_HEAD + 5 :: NOTE_WIDTH].count(None) != count
-        or record.id_first + count > _COUNTERS
-        or len(prefix) + _COUNTER_DIGITS > _ID_WIDTH
-        or not is_storable(prefix)
-        or not notes_fit(record.kind, notes)
     ):
         return None
     wall, start = notes[8], notes[9]
@@ -198,14 +199,6 @@ def _noted_row(record: CallRecord) -> TrailRow | None:
     )
 
 
-def _one_row(record: CallRecord) -> str | None:
-    """The id prefix of a record written as rows of many events; None if it is not one."""
-    prefix = record.id_prefix
-    if prefix is None or record.id_first + len(record) > _COUNTERS or not record_fits(record):
-        return None
-    return prefix
-
-
 def trail_rows(items: Sequence[AuditItem]) -> list[TrailRow]:
     """The rows of `items`, in order: a call's record as one row, any other event alone.
 
@@ -215,13 +208,13 @@ def trail_rows(items: Sequence[AuditItem]) -> list[TrailRow]:
     rows: list[TrailRow] = []
     for item in items:
         if isinstance(item, CallRecord):
-            noted = _noted_row(item)
-            if noted is not None:
-                rows.append(noted)
-                continue
-            prefix = _one_row(item)
+            prefix = _packed_prefix(item)
             if prefix is not None:
-                rows.extend(_record_rows(item, prefix))
+                noted = _noted_row(item, prefix)
+                if noted is not None:
+                    rows.append(noted)
+                else:
+                    rows.extend(_record_rows(item, prefix))
                 continue
             events = item.events()
         else:

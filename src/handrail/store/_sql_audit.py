@@ -38,16 +38,13 @@ class SqlAudit(SqlPart):
 
     def append_audit(self, events: Sequence[AuditEvent]) -> None:
         """Insert events in one transaction, as `storable_events` makes them (a row each)."""
-        self._append_rows(events)
+        self.append_audit_items(events)
 
     def append_audit_items(self, items: Sequence[AuditItem]) -> None:
         """`append_audit` of the items' events, each call's record as one row.
 
         For `BatchingAuditSink`, whose writer takes records as the auditor emitted them.
         """
-        self._append_rows(items)
-
-    def _append_rows(self, items: Sequence[AuditItem]) -> None:
         if not items:
             return
         try:
