@@ -12,7 +12,10 @@ Paths per search, interleaved round-robin with their order rotated every round:
     same_argv subprocess.run(TextSearch.command(PATTERN)): raw rg with Handrail's flags
               (smart case, ignore files without git, ...), all output read
     tool      await TextSearch.search(PATTERN): the tool function, no gate; ripgrep
-              confined by bubblewrap where only the workspace exists (the default)
+              confined as by default (Landlock where the kernel has version 6 or
+              later, started by a restricted thread; else bubblewrap)
+    bwrap     the same with SearchConfig(confinement="bubblewrap"): ripgrep in a mount
+              namespace where only the workspace exists (omitted without bwrap)
     unconfined  the same with SearchConfig(confine=False): what confinement costs
     gate      await gate.handle(call) and envelope.to_json(): the full Handrail path
 
@@ -56,7 +59,7 @@ COMMON_EVERY = 50
 MID_EVERY = 157
 MID_FILES = 1000
 CASES = ("few", "many", "mid")
-PATHS = ("raw", "same_argv", "tool", "unconfined", "gate")
+PATHS = ("raw", "same_argv", "tool", "bwrap", "unconfined", "gate")
 TARGET = 1.15
 
 
@@ -66,8 +69,15 @@ class Case:
 
     name: str
     pattern: str
-    samples: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
+    samples: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in _paths()})
     check: dict[str, Any] = field(default_factory=dict)
+
+
+def _paths() -> tuple[str, ...]:
+    """The paths measured here: the bubblewrap one only where bwrap is installed."""
+    if shutil.which("bwrap") is None:
+        return tuple(path for path in PATHS if path != "bwrap")
+    return PATHS
 
 
 def generate(root: Path, files: int, file_bytes: int) -> int:
@@ -110,6 +120,11 @@ async def measure(
     workspace = Workspace(tree)
     searcher = TextSearch(workspace, config)
     unconfined = TextSearch(workspace, SearchConfig(rg=rg, confine=False))
+    by_bwrap = (
+        TextSearch(workspace, SearchConfig(rg=rg, confinement="bubblewrap"))
+        if "bwrap" in _paths()
+        else None
+    )
     registry = Registry()
     for item in search_tools(workspace, config):
         registry.register(item)
@@ -163,13 +178,15 @@ async def measure(
             "same_argv": raw(searcher.command(case.pattern)),
             "tool": tool(case.pattern),
             "unconfined": tool(case.pattern, unconfined),
+            **({"bwrap": tool(case.pattern, by_bwrap)} if by_bwrap is not None else {}),
             "gate": through_gate(case.pattern),
         }
         for case in cases
     }
     for round_no in range(args.warmup + args.rounds):
         for case in cases:
-            order = PATHS[round_no % len(PATHS) :] + PATHS[: round_no % len(PATHS)]
+            paths = _paths()
+            order = paths[round_no % len(paths) :] + paths[: round_no % len(paths)]
             for path in order:
                 started = time.perf_counter()
                 await runs[case.name][path]()
@@ -185,7 +202,7 @@ def summarize(cases: list[Case]) -> dict[str, Any]:
         raw = statistics.median(case.samples["raw"])
         same = statistics.median(case.samples["same_argv"])
         paths = {}
-        for path in PATHS:
+        for path in _paths():
             samples = case.samples[path]
             ratios = [a / b for a, b in zip(samples, case.samples["raw"], strict=True)]
             paths[path] = {
@@ -263,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             mid = [Case(name="mid matches", pattern=args.mid)]
             cases += asyncio.run(measure(args, tree, rg, mid))
     results = summarize(cases)
+    probe = TextSearch(Workspace(Path(tempfile.gettempdir())), SearchConfig(rg=rg))
     print(
         f"search_text vs raw rg --json: {'; '.join(described)}; {args.rounds} rounds,"
-        f" paths interleaved;"
+        f" paths interleaved; tool confined by {probe.confined_by};"
         f" {version}; Python {platform.python_version()}, {os.cpu_count()} CPUs.",
     )
     findings = []
@@ -300,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rg": version,
                 "tree": "; ".join(described),
                 "rounds": args.rounds,
+                "confined_by": probe.confined_by,
             },
             "results": results,
             "findings": findings,

@@ -5,7 +5,9 @@ symbolic links to a directory and a file outside it (planted secret content), so
 path that was checked is a link when ripgrep opens it, and a real file again when the
 result is checked. Hundreds of attempts; the secret must never reach a result. The test
 passes because the outside cannot be reached at all, not because the window is small:
-however the swaps fall, nothing outside the workspace exists where ripgrep runs.
+however the swaps fall, nothing outside the workspace can be read where ripgrep runs:
+with Landlock the outside exists but no rule lets it be opened; with bubblewrap it
+does not exist. Both are tried.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from _needs import missing
 from handrail import ErrorCode
 from handrail.errors import InvalidArgument, NotFound
+from handrail.tools._sandbox_confine import Mechanism, landlock_usable
 from handrail.tools.workspace.paths import Workspace
 from handrail.tools.workspace.search import SearchConfig, SearchResult, TextSearch
 
@@ -118,12 +122,23 @@ def _texts(result: SearchResult) -> Iterator[str]:
             yield line.text
 
 
+def _available(confinement: Mechanism) -> None:
+    usable = landlock_usable() if confinement == "landlock" else shutil.which("bwrap") is not None
+    if not usable:
+        missing(f"{confinement} cannot confine on this host")
+
+
+@pytest.mark.parametrize("confinement", ["landlock", "bubblewrap"])
 async def test_swapping_parts_of_the_workspace_for_links_never_reveals_the_outside(
     rg: str,
     tmp_path: Path,
+    confinement: Mechanism,
 ) -> None:
+    _available(confinement)
     root, swaps = _plant(tmp_path)
-    search = TextSearch(Workspace(root), SearchConfig(rg=rg, timeout=60))
+    config = SearchConfig(rg=rg, timeout=60, confinement=confinement)
+    search = TextSearch(Workspace(root), config)
+    assert search.confined_by == confinement
     leaks: list[str] = []
     refused: list[ErrorCode] = []
     with _swapping(root, swaps) as started:

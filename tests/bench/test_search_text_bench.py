@@ -22,6 +22,13 @@ def bench(load_bench: Callable[[str], ModuleType]) -> ModuleType:
     return load_bench("search_text")
 
 
+def _expected_paths() -> set[str]:
+    expected = {"raw", "same_argv", "tool", "unconfined", "gate"}
+    if shutil.which("bwrap") is not None:
+        expected.add("bwrap")
+    return expected
+
+
 def test_every_path_is_measured_checked_and_reported(
     bench: ModuleType,
     tmp_path: Path,
@@ -33,7 +40,8 @@ def test_every_path_is_measured_checked_and_reported(
     assert bench.main([*args, "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     few, many = payload["results"]["few matches"], payload["results"]["many matches"]
-    assert set(few["paths"]) == {"raw", "same_argv", "tool", "unconfined", "gate"}
+    assert set(few["paths"]) == _expected_paths()
+    assert payload["environment"]["confined_by"] in {"landlock", "bubblewrap"}
     assert all(len(row["rounds_ms"]) == 1 for row in few["paths"].values())
     assert few["check"]["returned"] == 1
     assert few["check"]["complete"] is True
@@ -62,5 +70,5 @@ def test_the_mid_case_builds_its_own_tree_and_is_measured(
     payload = json.loads(out.read_text())
     (name,) = payload["results"]
     mid = payload["results"][name]
-    assert set(mid["paths"]) == {"raw", "same_argv", "tool", "unconfined", "gate"}
+    assert set(mid["paths"]) == _expected_paths()
     assert mid["check"]["total_matches"] > 0

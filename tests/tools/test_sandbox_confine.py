@@ -92,7 +92,10 @@ def test_ripgreps_files_are_its_binary_loader_libraries_and_the_loader_cache(
     confinement = Confinement.prepare(bwrap=bwrap, program=rg, trial_dir=tmp_path)
     assert PurePosixPath(rg) in confinement.runtime
     assert all(Path(path).is_file() for path in confinement.runtime)
-    argv = confinement.argv(tmp_path, [rg, "--files"])
+    with confinement.launch(tmp_path, [rg, "--files"]) as launch:
+        argv = launch.argv
+    assert launch.start_on is None
+    assert confinement.mechanism == "bubblewrap"
     assert argv[0] == bwrap
     assert argv[argv.index("--") :] == ["--", rg, "--files"]
     assert confinement.drop_capabilities is (os.geteuid() == 0)
@@ -158,8 +161,10 @@ def test_a_confined_program_sees_the_directory_read_only_and_nothing_of_the_host
         "echo x > /workspace/new.txt 2>/dev/null && echo wrote; "
         "echo x > /new.txt 2>/dev/null && echo wrote-root; true"
     )
+    with confinement.launch(visible, [bash, "-c", script]) as launch:
+        argv = launch.argv
     done = subprocess.run(  # noqa: S603 - a fixed argument vector
-        confinement.argv(visible, [bash, "-c", script]),
+        argv,
         env={},
         capture_output=True,
         check=False,
@@ -240,9 +245,11 @@ async def test_cancelling_a_confined_program_kills_everything_it_started(
     confinement = Confinement.prepare(bwrap=bwrap, program=bash, trial_dir=visible)
     # It tells it runs through the FIFO, then waits on it for ever (no writer is left).
     script = "echo up > /workspace/ready; read -r line < /workspace/ready"
+    with confinement.launch(visible, [bash, "-c", script]) as launch:
+        argv = launch.argv
     run = asyncio.ensure_future(
         _rg_process.run(
-            confinement.argv(visible, [bash, "-c", script]),
+            argv,
             cwd=visible,
             take=lambda _line: False,
             deadline=asyncio.get_running_loop().time() + 600,

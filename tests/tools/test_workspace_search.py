@@ -21,6 +21,7 @@ from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.budget import json_size
 from handrail.testing import FixedClock, MemoryAuditSink, sequential_ids
+from handrail.tools._sandbox_confine import landlock_usable
 from handrail.tools.workspace._rg_json import (
     Lines,
     Long,
@@ -628,10 +629,18 @@ def test_ripgrep_runs_confined_by_default_and_unconfined_only_by_choice(
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     workspace = Workspace(tmp_path)
-    assert TextSearch(workspace, SearchConfig(rg=rg)).confined
-    assert not TextSearch(workspace, SearchConfig(rg=rg, confine=False)).confined
+    search = TextSearch(workspace, SearchConfig(rg=rg))
+    assert search.confined
+    assert search.confined_by == ("landlock" if landlock_usable() else "bubblewrap")
+    unconfined = TextSearch(workspace, SearchConfig(rg=rg, confine=False))
+    assert not unconfined.confined
+    assert unconfined.confined_by is None
+    chosen = TextSearch(workspace, SearchConfig(rg=rg, confinement="bubblewrap"))
+    assert chosen.confined_by == "bubblewrap"
     with pytest.raises(ConfigurationError, match="bubblewrap"):
-        TextSearch(workspace, SearchConfig(rg=rg, bwrap=None))
+        TextSearch(workspace, SearchConfig(rg=rg, bwrap=None, confinement="bubblewrap"))
+    with pytest.raises(ConfigurationError, match="confinement"):
+        SearchConfig(rg=rg, confinement="chroot")  # type: ignore[arg-type]
 
 
 async def test_an_unconfined_search_finds_the_same_as_a_confined_one(make: Make) -> None:
@@ -639,8 +648,10 @@ async def test_an_unconfined_search_finds_the_same_as_a_confined_one(make: Make)
         pytest.skip("bubblewrap is not installed")
     files = {"a.txt": "hit\n", "sub/b.txt": "hit here\n", ".hidden": "hit\n"}
     confined = await make(files).search("hit")
+    by_bwrap = await make(confinement="bubblewrap").search("hit")
     unconfined = await make(confine=False).search("hit")
-    assert _where(confined) == _where(unconfined) == [("a.txt", 1), ("sub/b.txt", 1)]
+    expected = [("a.txt", 1), ("sub/b.txt", 1)]
+    assert _where(confined) == _where(by_bwrap) == _where(unconfined) == expected
 
 
 # --- through the gate ----------------------------------------------------------------------------

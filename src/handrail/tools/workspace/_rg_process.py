@@ -1,10 +1,11 @@
 """Running ripgrep: one process, its output fed line by line, always reaped.
 
-Owns starting ripgrep in its own session with a clean environment, feeding its JSON
-output lines (a read's worth at a time) to a sink until the sink has enough, killing
-its process group on a stop, a timeout or a cancel, and putting its refusals in our own
-words. It never builds the command line (`_rg_command` does) and never decides what a
-match means.
+Owns starting ripgrep in its own session with a clean environment (on the event loop,
+or on a given thread whose confinement it inherits, then read and awaited on the loop
+through its pipes and a pidfd), feeding its JSON output lines (a read's worth at a
+time) to a sink until the sink has enough, killing its process group on a stop, a
+timeout or a cancel, and putting its refusals in our own words. It never builds the
+command line (`_rg_command` does) and never decides what a match means.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
+from typing import IO, Protocol
 
 from handrail.errors import InvalidArgument, ToolFailed
 from handrail.tools.workspace._rg_json import Line, Lines
@@ -48,6 +52,109 @@ class Ran:
     stderr: bytes
 
 
+class _Process(Protocol):
+    """What a run needs of a process: asyncio's, or one started on another thread."""
+
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class _ThreadStarted:
+    """A process started on another thread; its pipes and exit awaited on this loop."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+        exited: asyncio.Future[None],
+    ) -> None:
+        self._popen = popen
+        self.stdout: asyncio.StreamReader | None = stdout
+        self.stderr: asyncio.StreamReader | None = stderr
+        self._exited = exited
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        await asyncio.shield(self._exited)
+        return self._popen.wait()  # it has exited: this only reaps
+
+
+async def _reader(loop: asyncio.AbstractEventLoop, pipe: IO[bytes] | None) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=_READ_CHUNK, loop=loop)
+    if pipe is None:  # pragma: no cover - both are pipes
+        reader.feed_eof()
+        return reader
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    return reader
+
+
+def _exit_of(loop: asyncio.AbstractEventLoop, pid: int) -> asyncio.Future[None]:
+    """Done when the process exits (its pidfd becomes readable); the pidfd then closed."""
+    exited: asyncio.Future[None] = loop.create_future()
+    pidfd = os.pidfd_open(pid)
+
+    def ready() -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, ready)
+    return exited
+
+
+async def _start_on(
+    executor: Executor, argv: Sequence[str], cwd: os.PathLike[str] | str
+) -> _ThreadStarted:
+    """Start the process with Popen on `executor`'s thread (vfork: cheap), then adopt it."""
+    loop = asyncio.get_running_loop()
+
+    # Opened here: the restricted thread may not open /dev/null itself.
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(  # noqa: S603 - a fixed argument vector
+            list(argv),
+            stdin=devnull,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env={},
+            start_new_session=True,
+        )
+
+    try:
+        popen = await loop.run_in_executor(executor, start)
+    finally:
+        os.close(devnull)
+    try:
+        exited = _exit_of(loop, popen.pid)
+        stdout = await _reader(loop, popen.stdout)
+        stderr = await _reader(loop, popen.stderr)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        await loop.run_in_executor(None, popen.wait)
+        raise
+    return _ThreadStarted(popen, stdout, stderr, exited)
+
+
 async def _pump(stream: asyncio.StreamReader, take: Callable[[list[Line]], bool]) -> Ended:
     lines = Lines()
     while chunk := await stream.read(_READ_CHUNK):
@@ -70,23 +177,30 @@ async def run(
     cwd: os.PathLike[str] | str,
     take: Callable[[list[Line]], bool],
     deadline: float,
+    start_on: Executor | None = None,
 ) -> Ran:
     """Run ripgrep, feed its output lines to `take` until it says stop; always reaped.
 
     `take` gets the lines each read completes, in order, and says True to stop.
+    `start_on` is the executor whose thread starts the process (a thread restricted by
+    Landlock, whose domain the process inherits); by default the event loop starts it.
     """
-    starting = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env={},
-            start_new_session=True,
-            limit=_READ_CHUNK,
-        ),
-    )
+    starting: asyncio.Future[_Process]
+    if start_on is not None:
+        starting = asyncio.ensure_future(_start_on(start_on, argv, cwd))
+    else:
+        starting = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env={},
+                start_new_session=True,
+                limit=_READ_CHUNK,
+            ),
+        )
     try:
         # Shielded: a cancel while the process starts must not leave its group running
         # (asyncio would kill only the direct child).
@@ -94,7 +208,8 @@ async def run(
     except asyncio.CancelledError:
         await _abandon(starting)
         raise
-    except OSError:
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        # RuntimeError: the starting thread could not be restricted, or was let go.
         raise ToolFailed("The search program could not be started.") from None
     stdout, stderr = process.stdout, process.stderr
     if stdout is None or stderr is None:  # pragma: no cover - both are pipes
@@ -114,7 +229,7 @@ async def run(
 
 
 async def _reap(
-    process: asyncio.subprocess.Process,
+    process: _Process,
     stdout: asyncio.StreamReader,
     errors: asyncio.Future[bytes],
 ) -> None:
@@ -130,18 +245,18 @@ async def _reap(
         errors.cancel()
 
 
-async def _abandon(starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
+async def _abandon(starting: asyncio.Future[_Process]) -> None:
     """After a cancel during start: once the process exists, kill its group and reap it."""
     try:
         process = await asyncio.wait_for(asyncio.shield(starting), _DRAIN_SECONDS)
-    except (asyncio.CancelledError, TimeoutError, OSError):  # pragma: no cover - rare races
+    except (asyncio.CancelledError, TimeoutError, OSError, RuntimeError):  # pragma: no cover
         return
     _kill(process)
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(process.wait(), _DRAIN_SECONDS)
 
 
-def _kill(process: asyncio.subprocess.Process) -> None:
+def _kill(process: _Process) -> None:
     """Kill the process's whole group (its own session), unless it was already reaped."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
