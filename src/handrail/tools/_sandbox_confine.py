@@ -3,10 +3,11 @@
 Owns finding the files a program needs to start (the binary, its dynamic loader and
 shared libraries, as the loader itself lists them), checking that every user may read
 them anyway, choosing how to confine (Landlock where the kernel is new enough, else
-bubblewrap), each launch's command line and child setup (`launch`), and the trial run
-that proves this host can confine the program. The bubblewrap line comes from
-`_sandbox_bwrap.confined_argv`, the Landlock rules from `_sandbox_landlock`. It never
-mounts anything writable and runs nothing but the loader's listing and the trial.
+bubblewrap), each launch's command line and the thread that must start it (`launch`),
+and the trial run that proves this host can confine the program. The bubblewrap line
+comes from `_sandbox_bwrap.confined_argv`, the Landlock rules and restricted threads
+from `_sandbox_landlock`. It never mounts anything writable and runs nothing but the
+loader's listing and the trial.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ class Confinement:
     nowhere the program can read, and leave root without capabilities. Bubblewrap does it
     with namespaces (the outside does not exist there; about 3-5 ms a launch); Landlock
     with kernel rules (the outside exists but cannot be opened, written, executed, bound
-    or connected to over TCP, signalled, or reached by an abstract socket) that a thread
-    of this process took on and the program inherits when that thread starts it (a
-    vfork: well under a millisecond). `close` lets that thread go.
+    or connected to over TCP, signalled, or reached by an abstract socket; UDP is not
+    covered, where bubblewrap's empty network namespace is) that a thread of this
+    process took on and the program inherits when that thread starts it (a vfork: well
+    under a millisecond). `close` lets that thread go.
     """
 
     bwrap: str | None

@@ -4,8 +4,9 @@ Owns the tool and its limits, the search's paths (checked beneath the root, each
 reported file checked again) and its two passes: in parallel and sorted here, or in
 path order and stopped once a page is full. The command line is built by `_rg_command`,
 ripgrep is run by `_rg_process` (confined to the workspace by Landlock or bubblewrap,
-`_sandbox_confine`), its JSON read by `_rg_json` and paged by `_search_pages`. It never writes, and
-never reports a file reached through a symbolic link or with several hard links.
+`_sandbox_confine`), its JSON read by `_rg_json` and paged by `_search_pages`. It
+never writes, and never reports a file reached through a symbolic link or with several
+hard links.
 """
 
 # No `from __future__ import annotations`: the tool's parameter annotations name the
@@ -96,11 +97,15 @@ class SearchConfig:
     binary and libraries, which every user may read) and nothing else, and runs without
     any capability: a directory or file of the workspace swapped for a symbolic link
     while ripgrep runs leads nowhere it can read. `confinement` says how: `landlock`
-    (kernel rules applied in the child before exec; the outside exists but cannot be
-    opened, and TCP, signals out and abstract sockets are denied too), `bubblewrap`
+    (kernel rules that a thread of the service takes on and ripgrep inherits when that
+    thread starts it; the outside exists but cannot be opened, and TCP, signals out and
+    abstract sockets are denied too), `bubblewrap`
     (`bwrap`, by default the one on PATH: a mount namespace where the outside does not
     exist, about 3-5 ms more per search), or `auto` (the default: Landlock when the
-    kernel has version 6 or later, else bubblewrap). A workspace file only another user
+    kernel has version 6 or later, else bubblewrap). Landlock does not cover UDP or
+    other non-TCP sockets (root's raw sockets go with its capabilities): ripgrep, a
+    trusted program, opens none, but where even that must be impossible choose
+    bubblewrap, whose network namespace is empty. A workspace file only another user
     may read is then not searched. `confine=False` runs ripgrep on the host and accepts
     a race: ripgrep opens checked paths by name, so a concurrent writer in the
     workspace can make it read files outside it.
@@ -349,8 +354,8 @@ class TextSearch:
         """The ripgrep command line such a search runs (`ordered`: its in-order pass).
 
         The arguments are checked as `search` checks them. For logs and benchmarks; when
-        `confined`, bubblewrap's part runs in front of it, or Landlock's in its child
-        (see `SearchConfig.confine`).
+        `confined`, bubblewrap's part runs in front of it, or a thread restricted by
+        Landlock starts it (see `SearchConfig.confine`).
         """
         query = self._query(
             pattern=pattern,
