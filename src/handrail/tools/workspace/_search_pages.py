@@ -9,7 +9,7 @@ reads a file; whether a file may be shown is asked of the `Admit` callback.
 
 from __future__ import annotations
 
-import os
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,13 +80,22 @@ class TextMatch:
     after: tuple[ContextLine, ...] = ()
 
 
+_FS_ENCODING = sys.getfilesystemencoding()
+_FS_ERRORS = sys.getfilesystemencodeerrors()
+
+
 def sort_key(parts: Sequence[str]) -> bytes:
     """The order of ripgrep's `--sort path`: name by name, as bytes.
 
     The names joined by NUL, which no file name holds and which sorts below every other
-    byte, compare as the tuple of names would, in one encode.
+    byte, compare as the tuple of names would, in one encode (`os.fsencode`'s, without
+    its checks: a search sorts a key per file).
     """
-    return os.fsencode("\x00".join(parts))
+    return "\x00".join(parts).encode(_FS_ENCODING, _FS_ERRORS)
+
+
+def _block_key(block: _Block) -> bytes:
+    return "\x00".join(block.parts).encode(_FS_ENCODING, _FS_ERRORS)
 
 
 def _display(parts: Sequence[str]) -> str:
@@ -287,7 +296,7 @@ class Collect:
     def replay(self, page: Page) -> None:
         """Feed the files held (the unfinished one too), in path order, to `page`."""
         self._close()
-        for block in sorted(self.blocks, key=lambda item: sort_key(item.parts)):
+        for block in sorted(self.blocks, key=_block_key):
             if not self._admit(block.parts):
                 self.refused += 1
                 self.refused_matches += block.matches
