@@ -92,8 +92,8 @@ def test_ripgreps_files_are_its_binary_loader_libraries_and_the_loader_cache(
     confinement = Confinement.prepare(bwrap=bwrap, program=rg, trial_dir=tmp_path)
     assert PurePosixPath(rg) in confinement.runtime
     assert all(Path(path).is_file() for path in confinement.runtime)
-    with confinement.launch(tmp_path, [rg, "--files"]) as launch:
-        argv = launch.argv
+    launch = confinement.launch(tmp_path, [rg, "--files"])
+    argv = launch.argv
     assert launch.start_on is None
     assert confinement.mechanism == "bubblewrap"
     assert argv[0] == bwrap
@@ -161,8 +161,7 @@ def test_a_confined_program_sees_the_directory_read_only_and_nothing_of_the_host
         "echo x > /workspace/new.txt 2>/dev/null && echo wrote; "
         "echo x > /new.txt 2>/dev/null && echo wrote-root; true"
     )
-    with confinement.launch(visible, [bash, "-c", script]) as launch:
-        argv = launch.argv
+    argv = confinement.launch(visible, [bash, "-c", script]).argv
     done = subprocess.run(  # noqa: S603 - a fixed argument vector
         argv,
         env={},
@@ -245,8 +244,7 @@ async def test_cancelling_a_confined_program_kills_everything_it_started(
     confinement = Confinement.prepare(bwrap=bwrap, program=bash, trial_dir=visible)
     # It tells it runs through the FIFO, then waits on it for ever (no writer is left).
     script = "echo up > /workspace/ready; read -r line < /workspace/ready"
-    with confinement.launch(visible, [bash, "-c", script]) as launch:
-        argv = launch.argv
+    argv = confinement.launch(visible, [bash, "-c", script]).argv
     run = asyncio.ensure_future(
         _rg_process.run(
             argv,

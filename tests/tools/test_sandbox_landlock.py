@@ -54,16 +54,19 @@ def _confined_bash(visible: Path, script: str) -> subprocess.CompletedProcess[by
         bwrap=None, program=bash, trial_dir=visible, mechanism="landlock"
     )
     assert confinement.mechanism == "landlock"
-    with (
-        confinement.launch(visible, [bash, "-c", script]) as launch,
-        Path(os.devnull).open("rb") as null,
-    ):
-        assert launch.start_on is not None
-        argv = launch.argv
+    launch = confinement.launch(visible, [bash, "-c", script])
+    assert launch.start_on is not None
+    with Path(os.devnull).open("rb") as null:
 
         def run() -> subprocess.CompletedProcess[bytes]:
             return subprocess.run(  # noqa: S603 - a fixed argument vector
-                argv, cwd=visible, env={}, stdin=null, capture_output=True, check=False, timeout=60
+                launch.argv,
+                cwd=visible,
+                env={},
+                stdin=null,
+                capture_output=True,
+                check=False,
+                timeout=60,
             )
 
         return launch.start_on.submit(run).result()
@@ -236,21 +239,21 @@ async def test_cancelling_a_landlocked_program_kills_everything_it_started(
                 said.set_result(int(line))
         return False
 
-    with confinement.launch(visible, [bash, "-c", script]) as launch:
-        run = asyncio.ensure_future(
-            _rg_process.run(
-                launch.argv,
-                cwd=visible,
-                take=take,
-                deadline=asyncio.get_running_loop().time() + 600,
-                start_on=launch.start_on,
-            ),
-        )
-        pid = await asyncio.wait_for(said, 30)
-        assert await asyncio.to_thread(_alive, pid)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
+    launch = confinement.launch(visible, [bash, "-c", script])
+    run = asyncio.ensure_future(
+        _rg_process.run(
+            launch.argv,
+            cwd=visible,
+            take=take,
+            deadline=asyncio.get_running_loop().time() + 600,
+            start_on=launch.start_on,
+        ),
+    )
+    pid = await asyncio.wait_for(said, 30)
+    assert await asyncio.to_thread(_alive, pid)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
     for _ in range(3000):
         if not await asyncio.to_thread(_alive, pid):
             break

@@ -12,22 +12,21 @@ loader's listing and the trial.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Literal
+from typing import IO, Literal, get_args
 
 from handrail.errors import ConfigurationError
 from handrail.tools._sandbox_bwrap import confined_argv
 from handrail.tools._sandbox_landlock import MIN_ABI, RestrictedThreads, landlock_abi
 
-__all__ = ["Confinement", "Launch", "Mechanism", "landlock_usable"]
+__all__ = ["Confinement", "Launch", "Mechanism", "chosen", "landlock_usable"]
 
 _TRIAL_TIMEOUT_S = 15.0
 _LOADER_CACHE = Path("/etc/ld.so.cache")
@@ -41,6 +40,18 @@ Mechanism = Literal["auto", "landlock", "bubblewrap"]
 def landlock_usable() -> bool:
     """Whether this kernel's Landlock is new enough to confine a program (`auto` uses it)."""
     return landlock_abi() >= MIN_ABI
+
+
+def chosen(mechanism: Mechanism) -> Literal["landlock", "bubblewrap"]:
+    """What confines under `mechanism` on this host.
+
+    `landlock` stays `landlock` even where the kernel's is too old: `prepare` refuses it.
+    """
+    if mechanism not in get_args(Mechanism):
+        raise ConfigurationError(f"unknown confinement {mechanism!r}")
+    if mechanism == "auto":
+        return "landlock" if landlock_usable() else "bubblewrap"
+    return mechanism
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +106,8 @@ class Confinement:
         6, no bubblewrap), or when it cannot run the program here (the reason is in the
         message).
         """
-        if mechanism not in ("auto", "landlock", "bubblewrap"):
-            raise ConfigurationError(f"unknown confinement {mechanism!r}")
-        use_landlock = mechanism != "bubblewrap" and landlock_usable()
-        if mechanism == "landlock" and not use_landlock:
+        use_landlock = chosen(mechanism) == "landlock"
+        if use_landlock and not landlock_usable():
             raise ConfigurationError(
                 f"this kernel has no Landlock of version {MIN_ABI} or later "
                 f"(it has {landlock_abi() or 'none'}); confine with bubblewrap instead",
@@ -120,13 +129,13 @@ class Confinement:
             _threads=RestrictedThreads(runtime, drop_capabilities=drop) if use_landlock else None,
         )
         try:
-            with confinement.launch(trial_dir, [program, "--version"]) as launch:
-                if launch.start_on is None:
-                    trial = _run(launch.argv)
-                else:
-                    # stdin opened here: the restricted thread may not open /dev/null.
-                    with Path(os.devnull).open("rb") as devnull:
-                        trial = launch.start_on.submit(_run, launch.argv, None, devnull).result()
+            launch = confinement.launch(trial_dir, [program, "--version"])
+            if launch.start_on is None:
+                trial = _run(launch.argv)
+            else:
+                # stdin opened here: the restricted thread may not open /dev/null.
+                with Path(os.devnull).open("rb") as devnull:
+                    trial = launch.start_on.submit(_run, launch.argv, None, devnull).result()
         except (OSError, RuntimeError) as exc:
             confinement.close()
             raise ConfigurationError(f"{program} cannot be confined here: {exc}") from None
@@ -149,28 +158,26 @@ class Confinement:
         if self._threads is not None:
             self._threads.close()
 
-    @contextlib.contextmanager
-    def launch(self, visible: Path, command: Sequence[str]) -> Iterator[Launch]:
+    def launch(self, visible: Path, command: Sequence[str]) -> Launch:
         """How to start `command` (the program and its arguments) confined to `visible`.
 
         With bubblewrap, its command line (the directory appears read-only at
         /workspace); with Landlock, the command itself and the restricted thread that
-        must start it. Start the process inside the block. Raises OSError when the
-        directory or a file of the program cannot be found.
+        must start it. Raises OSError when the directory or a file of the program cannot
+        be found.
         """
-        if self.bwrap is not None:
-            argv = confined_argv(
-                self.bwrap,
-                visible=visible,
-                runtime=self.runtime,
-                drop_capabilities=self.drop_capabilities,
-                argv=command,
-            )
-            yield Launch(argv, None)
-            return
-        if self._threads is None:  # pragma: no cover - prepare always makes them
-            raise OSError("no restricted thread to start the program on")
-        yield Launch(list(command), self._threads.executor(visible))
+        if self._threads is not None:
+            return Launch(list(command), self._threads.executor(visible))
+        if self.bwrap is None:  # pragma: no cover - prepare sets one or the other
+            raise OSError("nothing to confine the program with")
+        argv = confined_argv(
+            self.bwrap,
+            visible=visible,
+            runtime=self.runtime,
+            drop_capabilities=self.drop_capabilities,
+            argv=command,
+        )
+        return Launch(argv, None)
 
 
 def _runtime(program: str) -> tuple[PurePosixPath, ...]:

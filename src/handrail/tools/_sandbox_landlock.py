@@ -20,18 +20,16 @@ the outside leads to a file no rule covers.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["MIN_ABI", "RestrictedThreads", "Ruleset", "landlock_abi", "ruleset"]
+__all__ = ["MIN_ABI", "RestrictedThreads", "landlock_abi"]
 
 MIN_ABI = 6
 """The oldest Landlock version used: 6 (Linux 6.12) scopes signals and abstract sockets.
@@ -116,32 +114,13 @@ def landlock_abi() -> int:
     return max(0, int(version))
 
 
-@dataclass(frozen=True, slots=True)
-class Ruleset:
-    """A Landlock ruleset (an open descriptor) and the call that takes it on.
+def _take_on(readable: Path, runtime: Sequence[PurePosixPath], drop_capabilities: bool) -> None:
+    """Restrict the calling thread, for good: read beneath `readable`, run `runtime`.
 
-    `restrict` acts on the calling thread only, for good: it drops every capability
-    (`drop_capabilities`, for root), forbids gaining privileges and takes the ruleset
-    on; processes the thread starts afterwards inherit all of it. Raises OSError if any
-    step fails (the thread may then be partly restricted: never use it).
-    """
-
-    fd: int
-    restrict: Callable[[], None]
-
-
-@contextlib.contextmanager
-def ruleset(
-    *,
-    readable: Path,
-    runtime: Sequence[PurePosixPath],
-    drop_capabilities: bool,
-) -> Iterator[Ruleset]:
-    """A ruleset that lets a program read beneath `readable` and run its own files.
-
-    `runtime` (the program, its loader and libraries) may be executed and read. The
-    descriptor is closed when the block ends; a thread restricted by then keeps the
-    domain (the descriptor is close-on-exec, so no child holds it).
+    Drops every capability (`drop_capabilities`, for root), forbids gaining privileges
+    and takes the ruleset on; processes the thread starts afterwards inherit all of it.
+    Raises OSError if any step fails (the thread may then be partly restricted, so its
+    executor is broken and never used).
     """
     libc = _libc()
     if libc is None:  # pragma: no cover - see _libc
@@ -151,11 +130,15 @@ def ruleset(
     if fd < 0:
         raise _error("landlock_create_ruleset")
     try:
-        rules = [(readable, _READ_FILE | _READ_DIR)]
-        rules += [(Path(path), _EXECUTE | _READ_FILE) for path in runtime]
-        for path, allowed in rules:
-            _add_rule(libc, fd, path, allowed)
-        yield Ruleset(fd, _restrictor(libc, fd, drop_capabilities=drop_capabilities))
+        _add_rule(libc, fd, readable, _READ_FILE | _READ_DIR)
+        for path in runtime:
+            _add_rule(libc, fd, Path(path), _EXECUTE | _READ_FILE)
+        if drop_capabilities:
+            _drop_capabilities(libc)
+        _prctl(libc, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, what="ambient capabilities")
+        _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1, what="no_new_privs")
+        if libc.syscall(_RESTRICT_SELF, fd, 0) != 0:
+            raise _error("landlock_restrict_self")
     finally:
         os.close(fd)
 
@@ -170,35 +153,26 @@ def _add_rule(libc: ctypes.CDLL, fd: int, path: Path, allowed: int) -> None:
         os.close(parent)
 
 
-def _restrictor(libc: ctypes.CDLL, fd: int, *, drop_capabilities: bool) -> Callable[[], None]:
-    """The calls that restrict the calling thread, in the order the kernel needs them."""
-    prctl = libc.prctl
-    syscall = libc.syscall
+def _prctl(libc: ctypes.CDLL, option: int, value: int, *, what: str) -> None:
     ulong = ctypes.c_ulong
+    if libc.prctl(option, ulong(value), ulong(0), ulong(0), ulong(0)) != 0:
+        raise _error(what)
 
-    def restrict() -> None:
-        if drop_capabilities:
-            # Empty the bounding set and lock root out of gaining capabilities at exec,
-            # so a program started runs as root without any (as bubblewrap's
-            # --cap-drop ALL). All of this is per thread: the service keeps its own.
-            for cap in range(_LAST_CAP_BOUND):
-                if prctl(_PR_CAPBSET_DROP, ulong(cap), ulong(0), ulong(0), ulong(0)) != 0:
-                    if ctypes.get_errno() != errno.EINVAL:
-                        raise _error("capability bounding set")
-                    break  # past the last capability the kernel knows
-            if prctl(_PR_SET_SECUREBITS, ulong(_SECURE_NOROOT), ulong(0), ulong(0), ulong(0)):
-                raise _error("securebits")
-        cleared = prctl(
-            _PR_CAP_AMBIENT, ulong(_PR_CAP_AMBIENT_CLEAR_ALL), ulong(0), ulong(0), ulong(0)
-        )
-        if cleared != 0:
-            raise _error("ambient capabilities")
-        if prctl(_PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
-            raise _error("no_new_privs")
-        if syscall(_RESTRICT_SELF, fd, 0) != 0:
-            raise _error("landlock_restrict_self")
 
-    return restrict
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty the bounding set and lock root out of gaining capabilities at exec.
+
+    A program started then runs as root without any (as bubblewrap's --cap-drop ALL).
+    All of this is per thread: the service keeps its own.
+    """
+    for cap in range(_LAST_CAP_BOUND):
+        try:
+            _prctl(libc, _PR_CAPBSET_DROP, cap, what="capability bounding set")
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            break  # past the last capability the kernel knows
+    _prctl(libc, _PR_SET_SECUREBITS, _SECURE_NOROOT, what="securebits")
 
 
 def _identity(paths: Sequence[Path]) -> tuple[tuple[int, int], ...]:
@@ -208,11 +182,6 @@ def _identity(paths: Sequence[Path]) -> tuple[tuple[int, int], ...]:
         info = path.stat()
         found.append((info.st_dev, info.st_ino))
     return tuple(found)
-
-
-def _take_on(readable: Path, runtime: Sequence[PurePosixPath], drop_capabilities: bool) -> None:
-    with ruleset(readable=readable, runtime=runtime, drop_capabilities=drop_capabilities) as rules:
-        rules.restrict()
 
 
 class RestrictedThreads:

@@ -18,10 +18,10 @@ import functools
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Self, get_args
 
 from pydantic import Field
 
@@ -31,7 +31,7 @@ from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
 from handrail.shaping.policy import ResultPolicy
 from handrail.spec import RiskLevel, SideEffect
-from handrail.tools._sandbox_confine import Confinement, Launch, Mechanism, landlock_usable
+from handrail.tools._sandbox_confine import Confinement, Launch, Mechanism, chosen
 from handrail.tools.workspace._rg_command import (
     CASE_FLAGS,
     MAX_GLOB_CHARS,
@@ -140,7 +140,7 @@ class SearchConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"a search config's {name} must be positive")
-        if self.confinement not in ("auto", "landlock", "bubblewrap"):
+        if self.confinement not in get_args(Mechanism):
             raise ConfigurationError(
                 "a search config's confinement must be auto, landlock or bubblewrap"
             )
@@ -195,10 +195,7 @@ class TextSearch:
             raise ConfigurationError(f"SearchConfig.rg {rg!r} is not an executable absolute path")
         self._confinement: Confinement | None = None
         if config.confine:
-            needs_bwrap = config.confinement == "bubblewrap" or (
-                config.confinement == "auto" and not landlock_usable()
-            )
-            if needs_bwrap and config.bwrap is None:
+            if chosen(config.confinement) == "bubblewrap" and config.bwrap is None:
                 raise ConfigurationError(
                     "bubblewrap (bwrap) was not found and this kernel's Landlock cannot "
                     "confine ripgrep: search_text runs ripgrep where it can read only the "
@@ -441,28 +438,24 @@ class TextSearch:
         deadline: float,
     ) -> Ran:
         """One run of ripgrep over the workspace, confined as configured."""
-        with self._launch(query, ordered=ordered) as launch:
-            return await run(
-                launch.argv,
-                cwd=self._workspace.root,
-                take=take,
-                deadline=deadline,
-                start_on=launch.start_on,
-            )
+        launch = self._launch(query, ordered=ordered)
+        return await run(
+            launch.argv,
+            cwd=self._workspace.root,
+            take=take,
+            deadline=deadline,
+            start_on=launch.start_on,
+        )
 
-    @contextlib.contextmanager
-    def _launch(self, query: Query, *, ordered: bool) -> Iterator[Launch]:
+    def _launch(self, query: Query, *, ordered: bool) -> Launch:
         """What runs: ripgrep's command line, confined when so configured."""
         argv = self._argv(query, ordered=ordered)
         if self._confinement is None:
-            yield Launch(argv, None)
-            return
-        with contextlib.ExitStack() as stack:
-            try:
-                launch = stack.enter_context(self._confinement.launch(self._workspace.root, argv))
-            except OSError:
-                raise ToolFailed("The search could not be confined to the workspace.") from None
-            yield launch
+            return Launch(argv, None)
+        try:
+            return self._confinement.launch(self._workspace.root, argv)
+        except OSError:
+            raise ToolFailed("The search could not be confined to the workspace.") from None
 
     def _argv(self, query: Query, *, ordered: bool) -> list[str]:
         """The whole command line, built by `rg_argv`; model text only after `=` or `--`."""
