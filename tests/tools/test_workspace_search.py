@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, SideEffect, Status, ToolCall
@@ -31,6 +32,8 @@ from handrail.tools.workspace._rg_json import (
     long_message,
     message,
     path_parts,
+    plain_files,
+    run_matches,
 )
 from handrail.tools.workspace._rg_process import rg_refusal
 from handrail.tools.workspace._search_pages import Collect, Page, Stream
@@ -504,7 +507,25 @@ def _sleeper(tmp_path: Path, *, timeout: float) -> tuple[TextSearch, Path]:
 
 
 async def _pid(fifo: Path) -> int:
-    return int(await asyncio.wait_for(asyncio.to_thread(fifo.read_text), 30))
+    """The pid the fake ripgrep writes; a failure (never a hang) when none comes in time.
+
+    Read without blocking: a thread blocked opening the FIFO would outlive the test.
+    """
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        data = b""
+        async with asyncio.timeout(30):
+            while not data.endswith(b"\n"):
+                try:
+                    chunk = os.read(fd, 64)
+                except BlockingIOError:
+                    chunk = b""
+                data += chunk
+                if not chunk:
+                    await asyncio.sleep(0.01)
+        return int(data)
+    finally:
+        os.close(fd)
 
 
 async def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
@@ -512,6 +533,21 @@ async def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     result, pid = await asyncio.gather(search.search("hit"), _pid(pid_fifo))
     assert result.timed_out
     assert result.matches == ()
+    assert _is_dead(pid)
+
+
+async def test_ripgrep_has_a_process_group_of_its_own_but_not_a_session(tmp_path: Path) -> None:
+    # Its group is killed whole; a session would be a scheduling autogroup of its own.
+    search, pid_fifo = _sleeper(tmp_path, timeout=60)
+    task = asyncio.ensure_future(search.search("hit"))
+    try:
+        pid = await _pid(pid_fifo)
+        assert os.getpgid(pid) != os.getpgid(0)
+        assert os.getsid(pid) == os.getsid(0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     assert _is_dead(pid)
 
 
@@ -893,6 +929,144 @@ def test_a_read_of_lines_at_once_is_taken_as_line_by_line(
         batched.take_all(lines[:cut]) or batched.take_all(lines[cut:])
     )
     assert shown(ordered, one_page) == shown(batched, batch_page)
+
+
+_PATH_TEXT = st.sampled_from(
+    ["./a", "./b/c", "a", "./d/e/f", "./é", "./a/./b", "a//b", "./", ".", 'x"y', "a/"]
+)
+
+
+def _begin_line(path: str) -> bytes:
+    text = json.dumps({"type": "begin", "data": {"path": {"text": path}}}, ensure_ascii=False)
+    return text.replace(" ", "").encode()
+
+
+_RUN_MATCH = st.builds(
+    _encoded,
+    st.sampled_from(["match", "match", "context"]),
+    st.fixed_dictionaries(
+        {"lines": st.fixed_dictionaries({"text": st.text(max_size=12)})},
+        optional={"line_number": st.integers(1, 9)},
+    ),
+)
+_RUN_BODY = st.one_of(
+    _RUN_MATCH,
+    st.sampled_from(
+        [b'{"type":"summary","data":{"elapsed_total":{"secs":0,"nanos":5}}}', b"", b"oops"]
+    ),
+    st.binary(min_size=70, max_size=90).map(lambda raw: raw.replace(b"\n", b"")),
+)
+_RUN_FILE = st.tuples(
+    _PATH_TEXT.map(_begin_line)
+    | st.sampled_from(
+        [
+            b'{"type":"begin","data":{"path":{"bytes":"YQ=="}}}',
+            b'{"type":"begin","data":{"path":{"text":"./\xff"}}}',
+        ]
+    ),
+    st.lists(_RUN_BODY, max_size=4) | st.lists(_RUN_MATCH, min_size=1, max_size=3),
+    st.sampled_from([b'{"type":"end","data":{}}', b""]),
+).map(lambda file: [file[0], *file[1], *([file[2]] if file[2] else [])])
+_RUN_STREAM = st.lists(_RUN_FILE | _RUN_BODY.map(lambda line: [line]), max_size=12).map(
+    lambda files: b"".join(line + b"\n" for file in files for line in file),
+)
+
+
+_M = b'{"type":"match","data":{"lines":{"text":"m"}}}\n'
+_E = b'{"type":"end","data":{}}\n'
+
+
+@given(
+    stream=_RUN_STREAM,
+    cuts=st.lists(st.integers(0, 4000), max_size=6),
+    limit=st.integers(1, 6),
+    admit=st.booleans(),
+)
+# Plain files whose names are not UTF-8; a stop within plain files held one at a time;
+# a stop on the lines that continue a file begun in an earlier run.
+@example(stream=_begin_line("./a") + b"\n" + _M + _E, cuts=[], limit=3, admit=True)
+@example(
+    stream=b'{"type":"begin","data":{"path":{"text":"./\xff"}}}\n' + _M + _E,
+    cuts=[],
+    limit=3,
+    admit=True,
+)
+@example(
+    stream=b"".join(_begin_line(f"./{n}") + b"\n" + _M + _M + _E for n in "abc"),
+    cuts=[],
+    limit=3,
+    admit=True,
+)
+@example(
+    stream=_begin_line("./a") + b"\n" + _M * 4 + _E + _begin_line("./b") + b"\n" + _M + _E,
+    cuts=[len(_begin_line("./a")) + 1 + len(_M)],
+    limit=2,
+    admit=True,
+)
+def test_runs_of_lines_are_taken_as_line_by_line(
+    stream: bytes, cuts: list[int], limit: int, admit: bool
+) -> None:
+    def page() -> Page:
+        return Page(skip=0, limit=limit, context=1, max_chars=8, budget=10_000)
+
+    def shown(sink: Collect) -> tuple[object, ...]:
+        shown = page()
+        sink.replay(shown)
+        return (sink.files, sink.refused, sink.summary, shown.seen, shown.matches())
+
+    by_line, by_run = (
+        Collect(lambda parts: admit, count_limit=limit),
+        Collect(lambda parts: admit, count_limit=limit),
+    )
+    lines, runs = Lines(limit=80, head=16, tail=8), Lines(limit=80, head=16, tail=8)
+    stop_line = any(by_line.take_all((line,)) for line in [*lines.feed(stream), *lines.close()])
+    stop_run = False
+    start = 0
+    for cut in [*sorted(cut % (len(stream) + 1) for cut in cuts), len(stream)]:
+        stop_run = stop_run or by_run.take_runs(runs.runs(stream[start:cut]))
+        start = cut
+    stop_run = stop_run or by_run.take_runs(runs.close())
+    assert stop_run == stop_line
+    if stop_line:
+        assert by_run.matches >= by_line.matches > limit
+        assert by_run.files == by_line.files
+    else:
+        assert by_run.matches == by_line.matches
+        assert shown(by_run) == shown(by_line)
+
+
+@given(lines=st.lists(_LINE, max_size=20), cuts=st.lists(st.integers(0, 2000), max_size=12))
+def test_runs_hold_the_lines_of_feed(lines: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(line + b"\n" for line in lines)
+    splitter = Lines(limit=20, head=8, tail=4)
+    out: list[bytes | Long] = []
+    start = 0
+    for cut in [*sorted(cut % (len(stream) + 1) for cut in cuts), len(stream)]:
+        out += splitter.runs(stream[start:cut])
+        start = cut
+    out += splitter.close()
+    split = [
+        line
+        for item in out
+        for line in (item.split(b"\n") if isinstance(item, bytes) else [item])
+        if line
+    ]
+    expected = [line if len(line) <= 20 else Long(line[:8], line[-4:]) for line in lines if line]
+    assert split == expected
+
+
+def test_plain_files_are_cut_out_of_a_run_and_the_rest_left_between() -> None:
+    begin = b'\n{"type":"begin","data":{"path":{"text":"./a/b"}}}'
+    match = b'\n{"type":"match","data":{}}'
+    context = b'\n{"type":"context","data":{}}'
+    end = b'\n{"type":"end","data":{"stats":1}}'
+    odd = b'\n{"type":"begin","data":{"path":{"text":"./q\\"x"}}}'
+    run = match + end + begin + match + context + match + end + odd + match + end
+    assert plain_files(run) == [match + end, b"./a/b", match + context + match, odd + match + end]
+    assert run_matches(match + context + match) == 2
+    assert run_matches(context) == 0
+    assert run_matches(match + b"\n") is None
+    assert run_matches(match + b'\n{"type":"summary"}') is None
 
 
 @pytest.mark.parametrize(

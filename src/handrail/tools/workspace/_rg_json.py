@@ -19,6 +19,9 @@ from enum import Enum
 from typing import Any
 
 __all__ = [
+    "BEGIN_AT",
+    "END_AT",
+    "MATCH_AT",
     "Kind",
     "Line",
     "LineText",
@@ -34,6 +37,8 @@ __all__ = [
     "long_message",
     "message",
     "path_parts",
+    "plain_files",
+    "run_matches",
 ]
 
 _MAX_MESSAGE = 1 << 20
@@ -112,6 +117,32 @@ class Lines:
         self._add(pieces[-1])
         return out
 
+    def runs(self, chunk: bytes) -> list[Line]:
+        """The lines `chunk` completes, as runs: what `feed` gives, without a list of lines.
+
+        A bytes item holds one or more whole lines joined by line breaks (some may be
+        empty); a `Long` is one overlong line. A sink that reads a run with byte
+        searches spends a call per run instead of one per line. When no line can be
+        over the limit (the usual case), the line carried from the last chunk and every
+        line this one completes are one run.
+        """
+        first = chunk.find(b"\n")
+        if first < 0:
+            self._add(chunk)
+            return []
+        last = chunk.rfind(b"\n")
+        fits = self._size + first <= self._limit and last - first <= self._limit
+        if self._head is None and fits:
+            self._parts.append(chunk[:last])
+            run = b"".join(self._parts)
+            self._parts = []
+            self._size = 0
+            out: list[Line] = [run] if run else []
+        else:
+            out = _runs(self.feed(chunk[: last + 1]))
+        self._add(chunk[last + 1 :])
+        return out
+
     def close(self) -> list[Line]:
         """The last line, when the stream did not end with a line break."""
         out: list[Line] = []
@@ -141,6 +172,23 @@ class Lines:
         self._size = 0
         self._head = None
         self._tail = b""
+
+
+def _runs(lines: list[Line]) -> list[Line]:
+    """Lines joined into runs between the overlong ones."""
+    out: list[Line] = []
+    group: list[bytes] = []
+    for line in lines:
+        if isinstance(line, Long):
+            if group:
+                out.append(b"\n".join(group))
+                group = []
+            out.append(line)
+        else:
+            group.append(line)
+    if group:
+        out.append(b"\n".join(group))
+    return out
 
 
 # --- messages --------------------------------------------------------------------------
@@ -186,6 +234,52 @@ def kinds(lines: Sequence[Line]) -> list[Kind]:
         known = by_first.get(head[9:10])
         found.append(known[1] if known is not None and head.startswith(known[0]) else other)
     return found
+
+
+BEGIN_AT = b"\n" + _BEGIN
+"""A begin message's start within a run that has a line break in front."""
+END_AT = b"\n" + _END
+"""An end message's start within a run that has a line break in front."""
+MATCH_AT = b"\n" + _MATCH
+"""A match message's start within a run that has a line break in front."""
+_CONTEXT_AT = b"\n" + _CONTEXT
+
+
+_PLAIN_FILES = re.compile(
+    rb'\n\{"type":"begin","data":\{"path":\{"text":"([^"\\\x00-\x1f]*)"\}\}\}'
+    rb'((?:\n\{"type":"(?:match|context)"[^\n]*)*)'
+    rb'\n\{"type":"end"[^\n]*'
+)
+
+
+def plain_files(run: bytes) -> list[bytes]:
+    """`run` cut at its plain files: [gap, path, body, gap, path, body, ..., gap].
+
+    `run` holds lines each with a line break in front. A plain file is a begin
+    message whose path is a JSON string with no escape, quote or control byte (its
+    bytes are its text, as `begin_parts` reads it), then match and context messages
+    only, then an end message. `path` is that string's bytes, `body` the file's match
+    and context lines (each with a line break in front), and a gap whatever lies
+    before, between or after them (b"" when nothing). One scan in C per run.
+    """
+    return _PLAIN_FILES.split(run)
+
+
+def run_matches(body: bytes) -> int | None:
+    """How many match messages `body` holds, if its every line is a match or a context.
+
+    `body` is a run of lines, each with a line break in front of it; kinds are told as
+    `kinds` tells them (a message's kind by its first bytes); None when any line is of
+    another kind or empty. Byte searches, not a loop over lines.
+    """
+    if body.find(b"\n", 1) < 0:  # one line: the common case of a file with one match
+        if body.startswith(MATCH_AT):
+            return 1
+        return 0 if body.startswith(_CONTEXT_AT) else None
+    matches = body.count(MATCH_AT)
+    if matches + body.count(_CONTEXT_AT) != body.count(b"\n"):
+        return None
+    return matches
 
 
 def message(line: Line) -> dict[str, Any]:

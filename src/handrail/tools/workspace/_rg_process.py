@@ -1,6 +1,6 @@
 """Running ripgrep: one process, its output fed line by line, always reaped.
 
-Owns starting ripgrep in its own session with a clean environment (on the event loop,
+Owns starting ripgrep in its own process group with a clean environment (on the event loop,
 or on a given thread whose confinement it inherits, then read and awaited on the loop
 through its pipes and a pidfd), feeding its JSON output lines (a read's worth at a
 time) to a sink until the sink has enough, killing its process group on a stop, a
@@ -28,6 +28,10 @@ from handrail.tools.workspace._rg_json import Line, Lines
 __all__ = ["Ended", "Ran", "rg_refusal", "run"]
 
 _READ_CHUNK = 1 << 18
+# ripgrep gets a process group of its own (killed whole on a stop), not a session: on
+# Linux a new session is a scheduling autogroup of its own, which shares the CPU with
+# this process group by group and cost a search of 1,000 files 2.5 ms more here. No
+# terminal reaches it either way: stdin is /dev/null and its output goes to pipes.
 _STDERR_KEEP = 4096
 _DRAIN_SECONDS = 5.0
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.MULTILINE)
@@ -136,7 +140,7 @@ async def _start_on(
             stderr=subprocess.PIPE,
             cwd=cwd,
             env={},
-            start_new_session=True,
+            process_group=0,
         )
 
     try:
@@ -155,10 +159,13 @@ async def _start_on(
     return _ThreadStarted(popen, stdout, stderr, exited)
 
 
-async def _pump(stream: asyncio.StreamReader, take: Callable[[list[Line]], bool]) -> Ended:
+async def _pump(
+    stream: asyncio.StreamReader, take: Callable[[list[Line]], bool], *, runs: bool
+) -> Ended:
     lines = Lines()
+    split = lines.runs if runs else lines.feed
     while chunk := await stream.read(_READ_CHUNK):
-        if take(lines.feed(chunk)):
+        if take(split(chunk)):
             return Ended.STOPPED
     return Ended.STOPPED if take(lines.close()) else Ended.FINISHED
 
@@ -178,10 +185,12 @@ async def run(
     take: Callable[[list[Line]], bool],
     deadline: float,
     start_on: Executor | None = None,
+    runs: bool = False,
 ) -> Ran:
     """Run ripgrep, feed its output lines to `take` until it says stop; always reaped.
 
-    `take` gets the lines each read completes, in order, and says True to stop.
+    `take` gets the lines each read completes, in order, and says True to stop; with
+    `runs`, as runs of whole lines (`Lines.runs`) rather than one line per item.
     `start_on` is the executor whose thread starts the process (a thread restricted by
     Landlock, whose domain the process inherits); by default the event loop starts it.
     """
@@ -197,7 +206,7 @@ async def run(
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd,
                 env={},
-                start_new_session=True,
+                process_group=0,
                 limit=_READ_CHUNK,
             ),
         )
@@ -218,7 +227,7 @@ async def run(
     ended = Ended.TIMED_OUT
     try:
         async with asyncio.timeout_at(deadline):
-            ended = await _pump(stdout, take)
+            ended = await _pump(stdout, take, runs=runs)
     except TimeoutError:
         ended = Ended.TIMED_OUT
     finally:
@@ -257,7 +266,7 @@ async def _abandon(starting: asyncio.Future[_Process]) -> None:
 
 
 def _kill(process: _Process) -> None:
-    """Kill the process's whole group (its own session), unless it was already reaped."""
+    """Kill the process's whole group (its own), unless it was already reaped."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

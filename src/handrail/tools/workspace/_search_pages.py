@@ -9,6 +9,9 @@ reads a file; whether a file may be shown is asked of the `Admit` callback.
 
 from __future__ import annotations
 
+import codecs
+import heapq
+import itertools
 import sys
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -17,15 +20,21 @@ from typing import Any
 
 from handrail.shaping.budget import json_size
 from handrail.tools.workspace._rg_json import (
+    BEGIN_AT,
+    END_AT,
+    MATCH_AT,
     Kind,
     Line,
     LineText,
+    Long,
     begin_parts,
     kind,
     kinds,
     line_size,
     line_text,
     message,
+    plain_files,
+    run_matches,
 )
 
 __all__ = [
@@ -38,6 +47,11 @@ __all__ = [
     "sort_key",
 ]
 
+_BEGIN = BEGIN_AT[1:]
+_BEGIN_TEXT = _BEGIN + b',"data":{"path":{"text":"'
+_BEGIN_TEXT_END = b'"}}}'
+_UTF8_PATHS = codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
+"""Whether a path's UTF-8 bytes are its sort key's bytes (`sort_key` encodes so)."""
 _MAX_BUFFERED = 32 << 20
 """Bytes of matches held to sort one unordered (parallel) search; beyond, search in order."""
 # Characters of JSON around a match and a line (keys, numbers, brackets), for the budget.
@@ -94,8 +108,20 @@ def sort_key(parts: Sequence[str]) -> bytes:
     return "\x00".join(parts).encode(_FS_ENCODING, _FS_ERRORS)
 
 
-def _block_key(block: _Block) -> bytes:
-    return "\x00".join(block.parts).encode(_FS_ENCODING, _FS_ERRORS)
+def _plain_names(names: list[bytes]) -> bool:
+    """Whether each name, split at "/", gives its path's parts and its sort key as is.
+
+    True when the names are UTF-8 (the file system's encoding too) and none has an
+    empty or "." part, which `begin_parts` would drop.
+    """
+    if not _UTF8_PATHS:  # pragma: no cover - Python on Linux encodes file names as UTF-8
+        return False
+    joined = b"/" + b"/".join(names) + b"/"
+    try:
+        joined.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"//" not in joined and b"/./" not in joined
 
 
 def _display(parts: Sequence[str]) -> str:
@@ -216,14 +242,14 @@ def _context(found: LineText) -> ContextLine:
 
 
 class _Block:
-    """The messages of one file with matches, kept raw until its page is built."""
+    """The file whose messages are being read: its path and match and context lines."""
 
-    __slots__ = ("lines", "matches", "parts")
+    __slots__ = ("items", "matches", "parts")
 
     def __init__(self, parts: tuple[str, ...]) -> None:
         self.parts = parts
-        self.lines: list[Line] = []
-        """Its match and context messages, in order (their kind is read again on replay)."""
+        self.items: list[Line] = []
+        """Its match and context lines, one per item or several per run (see `_Held`)."""
         self.matches = 0
 
 
@@ -235,13 +261,20 @@ class Collect:
     """Sink of an unordered search: holds every file's matches, up to the count limit.
 
     Files are checked (`admit`) when replayed in path order, up to the end of the page:
-    a file the page never reaches is counted in the totals unchecked.
+    a file the page never reaches is counted in the totals unchecked. A finished file
+    is held as plain values in parallel lists (its sort key, path, match count, lines),
+    not an object per file: a search holds a thousand files that live until its page
+    is built, which the garbage collector would otherwise walk again and again.
     """
 
     def __init__(self, admit: Admit, *, count_limit: int) -> None:
         self._admit = admit
         self._count_limit = count_limit
-        self.blocks: list[_Block] = []
+        self._keys: list[bytes] = []
+        self._paths: list[tuple[str, ...] | bytes] = []
+        """A file's path parts, or (held in bulk) its path's bytes, "/" between parts."""
+        self._counts: list[int] = []
+        self._held: list[_Held] = []
         self.current: _Block | None = None
         self.matches = 0
         self.refused = 0
@@ -253,7 +286,7 @@ class Collect:
         """Hold messages in order; True (the rest not taken) once too many are held to sort.
 
         One loop over a read's lines with the counters in locals: this runs for every
-        message of a search, so per-line calls and attribute writes are what it costs.
+        message that `take_runs` does not read as a run.
         """
         current = self.current
         matches = self.matches
@@ -264,7 +297,7 @@ class Collect:
             if found is Kind.MATCH or found is Kind.CONTEXT:
                 if current is None:
                     continue
-                current.lines.append(line)
+                current.items.append(line)
                 held += len(line) if line.__class__ is bytes else line_size(line)
                 if found is Kind.MATCH:
                     current.matches += 1
@@ -276,8 +309,8 @@ class Collect:
                 parts = begin_parts(line)
                 current = None if parts is None else _Block(parts)
             elif found is Kind.END:
-                if current is not None and current.matches:
-                    self.blocks.append(current)
+                self.current = current
+                self._end_file()
                 current = None
             else:
                 data = message(line)
@@ -288,36 +321,167 @@ class Collect:
         self._bytes = held
         return stop
 
-    def _close(self) -> None:
-        if self.current is not None and self.current.matches:
-            self.blocks.append(self.current)
+    def take_runs(self, runs: Sequence[Line]) -> bool:
+        """`take_all` of the lines of `runs` (see `Lines.runs`), a run at a time.
+
+        A run's plain files (`plain_files`) are held together with a few byte searches
+        per file, and everything else a file at a time, any line that is not a match
+        or a context going through `take_all`: what is held, counted and refused is
+        what it would be line by line. Only a stop may come later within a file,
+        counting more of its matches.
+        """
+        for run in runs:
+            if isinstance(run, Long):
+                if self.take_all((run,)):
+                    return True
+            elif self._take_run(b"\n" + run):
+                return True
+        return False
+
+    def _take_run(self, run: bytes) -> bool:
+        cut = plain_files(run)
+        if len(cut) == 1 or any(cut[3:-1:3]):  # no plain file, or something between two
+            return self._take_files(run)
+        if self._take_files(cut[0]):
+            return True
         self.current = None
+        return self._take_plain(cut[1::3], cut[2::3]) or self._take_files(cut[-1])
+
+    def _take_plain(self, paths: list[bytes], bodies: list[bytes]) -> bool:
+        """Plain files, one after the other; held in bulk unless something is odd."""
+        counts = [body.count(MATCH_AT) for body in bodies]
+        names = [path.removeprefix(b"./") for path in paths]
+        matches = self.matches + sum(counts)
+        held = self._bytes + sum(map(len, bodies))
+        if (
+            matches > self._count_limit
+            or held > _MAX_BUFFERED
+            or 0 in counts
+            or not _plain_names(names)
+        ):
+            return self._take_each(paths, bodies)
+        self._keys += [name.replace(b"/", b"\x00") for name in names]
+        self._paths += names
+        self._counts += counts
+        self._held += bodies
+        self.matches = matches
+        self._bytes = held
+        return False
+
+    def _take_each(self, paths: list[bytes], bodies: list[bytes]) -> bool:
+        for path, body in zip(paths, bodies, strict=True):
+            parts = begin_parts(_BEGIN_TEXT + path + _BEGIN_TEXT_END)
+            self.current = None if parts is None else _Block(parts)
+            if body and self._take_body(body):
+                return True
+            self._end_file()
+        return False
+
+    def _take_files(self, run: bytes) -> bool:
+        """Lines of any kind, line break first: cut at begin messages, a file at a time."""
+        if not run:
+            return False
+        pieces = run.split(BEGIN_AT)
+        if self._take_rest(pieces[0]):
+            return True
+        for index in range(1, len(pieces)):
+            piece = pieces[index]
+            end = piece.find(b"\n")
+            parts = begin_parts(_BEGIN + (piece if end < 0 else piece[:end]))
+            self.current = None if parts is None else _Block(parts)
+            if end >= 0 and self._take_rest(piece[end:]):
+                return True
+        return False
+
+    def _take_rest(self, rest: bytes) -> bool:
+        """The lines after a begin message (or before the first), line break first."""
+        if not rest:
+            return False
+        end = rest.find(END_AT)
+        body = rest if end < 0 else rest[:end]
+        if body and self._take_body(body):
+            return True
+        if end < 0:
+            return False
+        self._end_file()
+        after = rest.find(b"\n", end + 1)
+        return after >= 0 and self.take_all(_split(rest[after:]))
+
+    def _take_body(self, body: bytes) -> bool:
+        """A file's lines up to its end message: held as one piece when all match or context."""
+        matches = run_matches(body)
+        if matches is None:
+            return self.take_all(_split(body))
+        current = self.current
+        if current is None:
+            return False
+        current.items.append(body)
+        current.matches += matches
+        self.matches += matches
+        self._bytes += len(body)
+        return self.matches > self._count_limit or self._bytes > _MAX_BUFFERED
+
+    def _end_file(self) -> None:
+        current = self.current
+        if current is not None and current.matches:
+            self._keep(current)
+        self.current = None
+
+    def _keep(self, block: _Block) -> None:
+        items = block.items
+        self._keys.append(sort_key(block.parts))
+        self._paths.append(block.parts)
+        self._counts.append(block.matches)
+        self._held.append(items[0] if len(items) == 1 else tuple(items))
 
     def replay(self, page: Page) -> None:
         """Feed the files held (the unfinished one too), in path order, to `page`."""
-        self._close()
-        for block in sorted(self.blocks, key=_block_key):
-            if not self._admit(block.parts):
+        self._end_file()
+        # A heap, not a sort: a page mostly ends after a few of a thousand files.
+        order = list(zip(self._keys, itertools.count()))
+        heapq.heapify(order)
+        while order:
+            index = heapq.heappop(order)[1]
+            path = self._paths[index]
+            parts = path if isinstance(path, tuple) else tuple(path.decode().split("/"))
+            if not self._admit(parts):
                 self.refused += 1
-                self.refused_matches += block.matches
+                self.refused_matches += self._counts[index]
                 continue
-            page.begin(_display(block.parts))
-            for line in block.lines:
-                if kind(line) is Kind.MATCH:
-                    if page.match(line):
-                        return
-                else:
-                    page.context_line(line)
+            page.begin(_display(parts))
+            held = self._held[index]
+            for item in held if isinstance(held, tuple) else (held,):
+                for line in _lines(item):
+                    found = kind(line)
+                    if found is Kind.MATCH:
+                        if page.match(line):
+                            return
+                    elif found is Kind.CONTEXT:
+                        page.context_line(line)
 
     @property
     def files(self) -> int:
         """Files with matches, less those refused so far."""
-        return len(self.blocks) - self.refused
+        return len(self._keys) - self.refused
 
     @property
     def admitted_matches(self) -> int:
         """Matching lines, less those of files refused so far."""
         return self.matches - self.refused_matches
+
+
+_Held = Line | tuple[Line, ...]
+"""A held file's lines: one item, or several. A bytes item may be a run of lines, each
+with a line break in front (as `take_runs` holds them), or one line (as `take_all`)."""
+
+
+def _split(run: bytes) -> list[Line]:
+    """The non-empty lines of a run."""
+    return [line for line in run.split(b"\n") if line]
+
+
+def _lines(item: Line) -> Sequence[Line]:
+    return _split(item) if isinstance(item, bytes) else (item,)
 
 
 class Stream:

@@ -300,7 +300,7 @@ class TextSearch:
         """Both passes of `search`: in parallel and sorted here, else in path order."""
         config = self._config
         collect = Collect(admit, count_limit=config.count_limit)
-        first = await self._pass(query, ordered=False, take=collect.take_all, deadline=deadline)
+        first = await self._pass(query, ordered=False, take=collect.take_runs, deadline=deadline)
         if first.ended is Ended.FINISHED and collect.summary is None:
             raise rg_refusal(first.stderr)
         if first.ended is not Ended.STOPPED:
@@ -437,7 +437,11 @@ class TextSearch:
         take: Callable[[list[Line]], bool],
         deadline: float,
     ) -> Ran:
-        """One run of ripgrep over the workspace, confined as configured."""
+        """One run of ripgrep over the workspace, confined as configured.
+
+        The unordered pass is read in runs of lines (`Collect.take_runs`), the ordered
+        one line by line (`Stream.take_all`).
+        """
         launch = self._launch(query, ordered=ordered)
         return await run(
             launch.argv,
@@ -445,6 +449,7 @@ class TextSearch:
             take=take,
             deadline=deadline,
             start_on=launch.start_on,
+            runs=not ordered,
         )
 
     def _launch(self, query: Query, *, ordered: bool) -> Launch:
