@@ -15,6 +15,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from _fifo import read_line
+from _needs import needs
 from handrail.errors import ConfigurationError
 from handrail.tools import _sandbox_confine
 from handrail.tools._sandbox_confine import Confinement, _check_public, _listed
@@ -33,24 +35,16 @@ LISTING = b"""\tlinux-vdso.so.1 (0x00007ffd1a1f0000)
 """
 
 
-def _needs(program: str | None, name: str) -> str:
-    if program is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is not installed; CI must install it")
-        pytest.skip(f"{name} is not installed")
-    return program
-
-
 @pytest.fixture
 def bwrap() -> str:
     """The bubblewrap binary, where this host has one."""
-    return _needs(BWRAP, "bubblewrap")
+    return needs(BWRAP, "bubblewrap")
 
 
 @pytest.fixture
 def rg() -> str:
     """The ripgrep binary, where this host has one."""
-    return _needs(RG, "ripgrep")
+    return needs(RG, "ripgrep")
 
 
 def test_the_loader_listing_names_the_loader_and_libraries_it_would_load() -> None:
@@ -148,7 +142,7 @@ def test_a_confined_program_sees_the_directory_read_only_and_nothing_of_the_host
     bwrap: str,
     tmp_path: Path,
 ) -> None:
-    bash = _needs(BASH, "bash")
+    bash = needs(BASH, "bash")
     visible = tmp_path / "visible"
     visible.mkdir()
     (visible / "here.txt").write_text("inside\n")
@@ -237,7 +231,7 @@ async def test_cancelling_a_confined_program_kills_everything_it_started(
     bwrap: str,
     tmp_path: Path,
 ) -> None:
-    bash = _needs(BASH, "bash")
+    bash = needs(BASH, "bash")
     visible = tmp_path / "visible"
     visible.mkdir()
     os.mkfifo(visible / "ready")
@@ -253,8 +247,7 @@ async def test_cancelling_a_confined_program_kills_everything_it_started(
             deadline=asyncio.get_running_loop().time() + 600,
         ),
     )
-    said = await asyncio.wait_for(asyncio.to_thread((visible / "ready").read_text), 30)
-    assert said == "up\n"
+    assert await read_line(visible / "ready") == b"up\n"
     outer = _our_child("bwrap")
     assert outer is not None
     tree = _tree(outer)

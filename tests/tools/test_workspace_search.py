@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from _fifo import read_line
 from handrail import ErrorCode, Gate, Principal, Registry, RiskLevel, SideEffect, Status, ToolCall
 from handrail.envelope import Trust
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound, ToolFailed
@@ -507,25 +508,7 @@ def _sleeper(tmp_path: Path, *, timeout: float) -> tuple[TextSearch, Path]:
 
 
 async def _pid(fifo: Path) -> int:
-    """The pid the fake ripgrep writes; a failure (never a hang) when none comes in time.
-
-    Read without blocking: a thread blocked opening the FIFO would outlive the test.
-    """
-    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        data = b""
-        async with asyncio.timeout(30):
-            while not data.endswith(b"\n"):
-                try:
-                    chunk = os.read(fd, 64)
-                except BlockingIOError:
-                    chunk = b""
-                data += chunk
-                if not chunk:
-                    await asyncio.sleep(0.01)
-        return int(data)
-    finally:
-        os.close(fd)
+    return int(await read_line(fifo))
 
 
 async def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
