@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from handrail.errors import ConfigurationError, InvalidArgument, NotFound
-from handrail.tools.workspace.paths import MAX_PATH_CHARS, Workspace, WorkspaceFile
+from handrail.tools.workspace.paths import MAX_PATH_CHARS, Beneath, Workspace, WorkspaceFile
 
 CANARY = "canary-outside-the-workspace"
 
@@ -216,3 +218,95 @@ def test_one_root_descriptor_for_many_opens_refuses_what_a_fresh_one_refuses(
         with pytest.raises(InvalidArgument):
             workspace.open(workspace.relative("src/pkg/secret.txt"), os.O_RDONLY, root=root)
     assert len(list(Path("/proc/self/fd").iterdir())) == before
+
+
+# --- Beneath: many statuses, each directory opened once -----------------------------------
+
+_STATUS_PATHS = [
+    ("src", "pkg", "mod.py"),
+    ("src", "pkg"),
+    ("src",),
+    (".git", "config"),
+    ("to_file",),
+    ("to_dir",),
+    ("to_dir", "secret.txt"),
+    ("src", "inner_link"),
+    ("src", "inner_link", "mod.py"),
+    ("loop",),
+    ("loop", "x"),
+    ("hard",),
+    ("nope",),
+    ("src", "nope", "x"),
+    ("src", "pkg", "mod.py", "x"),
+    (),
+    ("..",),
+    ("src", ".."),
+    ("src", "pkg", "."),
+    ("src", ""),
+    ("src", "a/b"),
+]
+
+
+def _status(stat_of: Callable[[WorkspaceFile], os.stat_result], file: WorkspaceFile) -> object:
+    """What a status call answers, comparably: the file's identity, or the refusal."""
+    try:
+        info = stat_of(file)
+    except (InvalidArgument, NotFound) as exc:
+        return type(exc).__name__, str(exc)
+    return info.st_dev, info.st_ino, info.st_mode, info.st_nlink
+
+
+@pytest.mark.parametrize("use_openat2", [True, False], ids=["openat2", "walk"])
+@pytest.mark.parametrize("allow_hardlinks", [False, True], ids=["one_link", "hardlinks"])
+def test_beneath_answers_and_refuses_as_workspace_stat(
+    tree: Path, allow_hardlinks: bool, use_openat2: bool
+) -> None:
+    workspace = Workspace(tree, use_openat2=use_openat2, allow_hardlinks=allow_hardlinks)
+    expected = [_status(workspace.stat, WorkspaceFile(parts)) for parts in _STATUS_PATHS]
+    with Beneath(workspace) as beneath:
+        # Twice: the second time every directory is one kept from the first.
+        for _ in range(2):
+            got = [_status(beneath.stat, WorkspaceFile(parts)) for parts in _STATUS_PATHS]
+            assert got == expected
+    assert isinstance(expected[0], tuple)
+    assert stat.S_ISREG(expected[0][2])  # the list holds a file found
+    refusals = dict(zip(_STATUS_PATHS, expected, strict=True))
+    assert refusals[("to_dir", "secret.txt")][0] == "InvalidArgument"
+    assert refusals[("nope",)][0] == "NotFound"
+    assert (refusals[("hard",)][0] == "InvalidArgument") is not allow_hardlinks
+
+
+def test_beneath_keeps_a_few_directories_open_and_closes_them(tree: Path) -> None:
+    for n in range(20):
+        (tree / f"d{n:02d}").mkdir()
+        (tree / f"d{n:02d}" / "f.txt").write_text("x")
+    workspace = Workspace(tree)
+
+    def open_fds() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    before = open_fds()
+    beneath = Beneath(workspace)
+    for n in range(20):
+        assert beneath.stat(WorkspaceFile((f"d{n:02d}", "f.txt"))).st_size == 1
+        assert open_fds() <= before + 1 + 8  # the root and the last eight directories
+    beneath.close()
+    assert open_fds() == before
+    # Usable again after a close, and closed again.
+    assert beneath.stat(WorkspaceFile(("d00", "f.txt"))).st_size == 1
+    beneath.close()
+    assert open_fds() == before
+
+
+def test_beneath_answers_for_a_kept_directory_as_it_was_opened(tree: Path) -> None:
+    """A kept directory swapped for a link to outside: the next file is still looked up
+    in the directory that was opened beneath the root, never through the link."""
+    workspace = Workspace(tree)
+    with Beneath(workspace) as beneath:
+        assert beneath.stat(WorkspaceFile(("src", "pkg", "mod.py"))).st_size == 12
+        (tree / "src" / "pkg").rename(tree / "src" / "pkg_moved")
+        (tree / "src" / "pkg").symlink_to(tree.parent / "outside")
+        with pytest.raises(NotFound):
+            beneath.stat(WorkspaceFile(("src", "pkg", "secret.txt")))
+    with Beneath(workspace) as fresh, pytest.raises(InvalidArgument, match="symbolic link"):
+        fresh.stat(WorkspaceFile(("src", "pkg", "secret.txt")))

@@ -1095,6 +1095,57 @@ def test_odd_messages_read_as_nothing() -> None:
     assert json_string_prefix(b'say \\"hi\\" \\\\","more":1') == 'say "hi" \\'
 
 
+def _standard_message(line: bytes) -> dict[str, Any]:
+    """`message` as the standard library's parser reads a line (what it did before orjson)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict) or not isinstance(value.get("data"), dict):
+        return {}
+    data = value["data"]
+    return {**data, "summary": True} if value.get("type") == "summary" else data
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(
+    st.sampled_from(["match", "context", "begin", "end", "summary", "other"]),
+    st.dictionaries(st.sampled_from(["lines", "line_number", "path", "x"]), _JSON_VALUES),
+)
+@example("match", {"lines": {"text": "\ud800 lone"}})
+def test_messages_read_as_the_standard_parser_reads_them(kind: str, data: dict[str, Any]) -> None:
+    line = json.dumps({"type": kind, "data": data}).encode()
+    assert message(line) == _standard_message(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"match","data":{"lines":{"text":"\\ud800 alone"}}}',
+        b'{"type":"match","data":{"line_number":1e400}}',
+        b'{"type":"match","data":{"line_number":NaN}}',
+        b'\xef\xbb\xbf{"type":"match","data":{"line_number":1}}',
+        b'{"type":"match","data":{"lines":{"text":"\xff"}}}',
+        b'{"type":"match","data":{"line_number":1} trailing',
+        b"",
+    ],
+)
+def test_lines_the_fast_parser_refuses_read_as_the_standard_parser_reads_them(line: bytes) -> None:
+    assert message(line) == _standard_message(line)
+
+
 async def test_a_page_stops_at_its_character_budget_and_skip_counts_what_was_shown(
     make: Make,
 ) -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import orjson
+
 __all__ = [
     "BEGIN_AT",
     "END_AT",
@@ -287,9 +289,14 @@ def message(line: Line) -> dict[str, Any]:
     if isinstance(line, Long):
         return long_message(line)
     try:
-        value = json.loads(line)
-    except ValueError:
-        return {}
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        # What orjson refuses and the standard parser reads (a lone surrogate escape, a
+        # number out of a double's range) is read as it always was.
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return {}
     if not isinstance(value, dict):
         return {}
     data = value.get("data")

@@ -13,7 +13,6 @@ hard links.
 # configured limits, and get_type_hints must resolve them from the builder's closure.
 
 import asyncio
-import contextlib
 import functools
 import os
 import shutil
@@ -21,7 +20,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Self, get_args
+from typing import Annotated, get_args
 
 from pydantic import Field
 
@@ -53,7 +52,7 @@ from handrail.tools.workspace._search_pages import (
     TextMatch,
     sort_key,
 )
-from handrail.tools.workspace.paths import MAX_PATH_CHARS, Workspace, WorkspaceFile
+from handrail.tools.workspace.paths import MAX_PATH_CHARS, Beneath, Workspace, WorkspaceFile
 
 __all__ = [
     "ContextLine",
@@ -279,11 +278,11 @@ class TextSearch:
                 budget=config.max_result_chars,
             )
 
-        with _Root(self._workspace) as root:
+        with Beneath(self._workspace) as beneath:
             return await self._run(
                 query,
                 page=page,
-                admit=functools.partial(self._admit, root=root),
+                admit=functools.partial(self._admit, beneath=beneath),
                 skip=skip,
                 deadline=deadline,
             )
@@ -418,13 +417,13 @@ class TextSearch:
                 chosen.append(parts)
         return ["/".join(parts) for parts in chosen]
 
-    def _admit(self, parts: tuple[str, ...], *, root: "_Root") -> bool:
+    def _admit(self, parts: tuple[str, ...], *, beneath: Beneath) -> bool:
         """Whether a file ripgrep reported may be shown: not ignored, reached without links."""
         file = WorkspaceFile(parts)
         if self._workspace.ignored(file):
             return False
         try:
-            info = self._workspace.stat(file, root=root.fd())
+            info = beneath.stat(file)
         except (InvalidArgument, NotFound):
             return False
         return stat.S_ISREG(info.st_mode)
@@ -473,32 +472,6 @@ class TextSearch:
             dfa_size_limit=config.dfa_size_limit,
             ignored=self._ignored,
         )
-
-
-class _Root:
-    """One search's descriptor of the workspace root: opened when a file is first checked.
-
-    A page checks each file it shows (`_admit`); opening the root once per search, not
-    once per file, saves a path lookup each. Closed when the search ends.
-    """
-
-    def __init__(self, workspace: Workspace) -> None:
-        self._workspace = workspace
-        self._stack = contextlib.ExitStack()
-        self._fd: int | None = None
-
-    def fd(self) -> int:
-        """The descriptor (opened now if this is its first use)."""
-        if self._fd is None:
-            self._fd = self._stack.enter_context(self._workspace.root_fd())
-        return self._fd
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._fd = None
-        self._stack.close()
 
 
 # --- the tool --------------------------------------------------------------------------------
