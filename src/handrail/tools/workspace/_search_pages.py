@@ -154,12 +154,14 @@ class Page:
         self.more = False
         self.items: list[_Hit] = []
         self._path = ""
+        self._path_cost = _MATCH_COST  # what a match costs before its text: its path too
         self._last: _Hit | None = None
         self._pending: deque[Line] = deque(maxlen=context)
 
     def begin(self, path: str) -> None:
         """Start a file's matches."""
         self._path = path
+        self._path_cost = _MATCH_COST + json_size(path)
         self._last = None
         self._pending.clear()
 
@@ -175,7 +177,7 @@ class Page:
             return True
         found = line_text(message(line), self.max_chars)
         hit = _Hit(path=self._path, text=found)
-        self.used += _MATCH_COST + json_size(self._path) + _cost(found)
+        self.used += self._path_cost + _cost(found)
         if self._pending and found.line is not None:
             lowest = found.line - self.context
             for raw in self._pending:
