@@ -310,3 +310,16 @@ def test_beneath_answers_for_a_kept_directory_as_it_was_opened(tree: Path) -> No
             beneath.stat(WorkspaceFile(("src", "pkg", "secret.txt")))
     with Beneath(workspace) as fresh, pytest.raises(InvalidArgument, match="symbolic link"):
         fresh.stat(WorkspaceFile(("src", "pkg", "secret.txt")))
+
+
+def test_a_root_gone_is_an_error_for_beneath_as_for_workspace_stat(tmp_path: Path) -> None:
+    """Not a refusal of the file: the search fails loudly rather than show nothing."""
+    root = tmp_path / "gone"
+    root.mkdir()
+    workspace = Workspace(root)
+    root.rmdir()
+    file = WorkspaceFile(("a", "b.txt"))
+    with pytest.raises(FileNotFoundError):
+        workspace.stat(file)
+    with Beneath(workspace) as beneath, pytest.raises(FileNotFoundError):
+        beneath.stat(file)

@@ -319,10 +319,13 @@ class Beneath:
         """`Workspace.stat(file)`: NotFound, or InvalidArgument for a symbolic link."""
         workspace = self._workspace
         name = file.name
+        root = self.root_fd()  # as `Workspace.stat`: a root that cannot be opened is OSError
         if name in _NOT_NAMES or "/" in name or "\x00" in name or not workspace.uses_openat2:
-            return workspace.stat(file, root=self.root_fd())
+            return workspace.stat(file, root=root)
         try:
-            info = os.stat(name, dir_fd=self._directory(file.parts[:-1]), follow_symlinks=False)
+            info = os.stat(
+                name, dir_fd=self._directory(root, file.parts[:-1]), follow_symlinks=False
+            )
         except OSError as exc:
             raise _refusal(exc, file) from None
         if stat.S_ISLNK(info.st_mode):
@@ -330,10 +333,10 @@ class Beneath:
         workspace._check_status(info, file)  # noqa: SLF001 - the workspace's own policy
         return info
 
-    def _directory(self, parts: tuple[str, ...]) -> int:
-        """A descriptor of the directory `parts` beneath the root (OSError as openat2 says)."""
+    def _directory(self, root: int, parts: tuple[str, ...]) -> int:
+        """A descriptor of the directory `parts` beneath `root` (OSError as openat2 says)."""
         if not parts:
-            return self.root_fd()
+            return root
         kept = self._directories
         fd = kept.get(parts)
         if fd is None:
@@ -341,7 +344,7 @@ class Beneath:
             # O_DIRECTORY then says "not a directory"; without it, a link is ELOOP,
             # as for any other part of the file's path.
             flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-            fd = _openat2(self.root_fd(), "/".join(parts), flags, 0)
+            fd = _openat2(root, "/".join(parts), flags, 0)
             if len(kept) >= _DIRECTORIES_KEPT:
                 os.close(kept.pop(next(iter(kept))))
             kept[parts] = fd
