@@ -6,7 +6,9 @@ descriptor of the root: with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` wh
 kernel has it, else component by component with `O_NOFOLLOW`, each directory opened
 relative to the one before. Either way no symbolic link is followed anywhere in the
 path and `..` cannot climb out. Model-given paths are also checked lexically first
-(relative, no `..`, no NUL or control characters), so refusals are clear.
+(relative, no `..`, no NUL or control characters), so refusals are clear. Many files'
+statuses in a row (`Beneath`, for a search's page) open each directory that way once and
+then look the file up in it by its name alone.
 
 The workspace also holds the one ignore policy of every workspace tool: names (such as
 `.git`) that no tool lists, reads, searches or writes, at any depth.
